@@ -1,0 +1,49 @@
+"""Shared helpers: compose configs with Hydra, run benchmarks in-process or as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from tprimat.config.schema import register_configs
+from tprimat.result import validate_result
+from tprimat.run import execute
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+register_configs()
+
+# Fast settings for tests that train: few steps, no W&B unless a test asks for it.
+QUICK = ["training.max_steps=4", "benchmark.warmup_steps=1", "logging.wandb.mode=disabled"]
+
+
+def compose_config(overrides=()):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def run_inprocess(tmp_path: Path, overrides=()):
+    """Compose + execute exactly as launch.py does, in this process; the result must match the schema."""
+    outcome = execute(compose_config(overrides), tmp_path, list(overrides))
+    assert validate_result(outcome.result) == [], validate_result(outcome.result)
+    return outcome
+
+
+def run_launch(tmp_path: Path, *overrides: str, env=None, timeout=300) -> subprocess.CompletedProcess:
+    """``python launch.py`` as a user runs it, with Hydra's run directory under tmp_path."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), f"hydra.run.dir={tmp_path}", *overrides],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """The README's main job (defaults: llama_tiny, native, W&B offline), run once for several tests."""
+    run_dir = tmp_path_factory.mktemp("default_run")
+    proc = run_launch(run_dir, env={"WANDB_API_KEY": "sk-test-secret-0123456789", "HF_TOKEN": "hf_test_secret_987"})
+    return run_dir, proc

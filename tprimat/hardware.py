@@ -1,0 +1,78 @@
+"""Hardware facts as data: one row per device, each with its source.
+
+Peak numbers are dense (sparse figures are 2x and are not peaks). A device that is not in this table
+gets no peak: MFU is then null with a warning, never computed against a guessed default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+SPEC_SHEETS = "vendor spec sheets, dense (non-sparse) tensor-core peaks"
+PRICE_NOTE_2026 = "cliffcenter.com/research/amd-inference-economics (2026-05-18), on-demand rates"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    key: str
+    vendor: str  # nvidia | amd
+    name: str
+    name_pattern: str  # regex matched (case-insensitive) against torch.cuda.get_device_name()
+    bf16_tflops: Optional[float]
+    fp8_tflops: Optional[float]
+    fp32_tflops: Optional[float]  # non-tensor FP32 (torch's default matmul precision, no TF32)
+    memory_gib: float  # HBM capacity as marketed (vendors' "GB" for HBM are binary GiB)
+    tdp_w: float
+    price_per_hour_usd: Optional[float]
+    source: str
+    price_source: str = ""
+
+    def peak_tflops(self, precision: str) -> Optional[float]:
+        """Dense peak for the training precision; None where no spec-sheet figure exists."""
+        return {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops, "fp32": self.fp32_tflops}.get(precision)
+
+    def supports(self, precision: str) -> bool:
+        return self.peak_tflops(precision) is not None or precision == "fp32"
+
+
+DEVICES: dict[str, DeviceSpec] = {
+    d.key: d
+    for d in (
+        DeviceSpec("a100", "nvidia", "NVIDIA A100 SXM", r"\bA100\b", 312.0, None, 19.5, 80, 400, None,
+                   SPEC_SHEETS + " (NVIDIA A100 datasheet)"),
+        DeviceSpec("h100", "nvidia", "NVIDIA H100 SXM", r"\bH100\b", 989.4, 1978.9, 67.0, 80, 700, 2.99,
+                   SPEC_SHEETS + " (NVIDIA H100 datasheet)", PRICE_NOTE_2026 + ": Lambda H100 SXM"),
+        DeviceSpec("h200", "nvidia", "NVIDIA H200 SXM", r"\bH200\b", 989.4, 1978.9, 67.0, 141, 700, None,
+                   SPEC_SHEETS + " (NVIDIA H200 datasheet)"),
+        DeviceSpec("b200", "nvidia", "NVIDIA B200", r"\bB200\b", 2250.0, 4500.0, None, 180, 1000, None,
+                   SPEC_SHEETS + " (NVIDIA DGX B200 datasheet, per GPU)"),
+        DeviceSpec("mi250x", "amd", "AMD Instinct MI250X", r"MI250X", 383.0, None, 47.9, 128, 560, None,
+                   SPEC_SHEETS + " (AMD Instinct MI250X datasheet)"),
+        DeviceSpec("mi300x", "amd", "AMD Instinct MI300X", r"MI300X", 1307.4, 2614.9, 163.4, 192, 750, 1.99,
+                   SPEC_SHEETS + " (AMD Instinct MI300X datasheet)", PRICE_NOTE_2026 + ": median MI300X"),
+        DeviceSpec("mi325x", "amd", "AMD Instinct MI325X", r"MI325X", 1307.4, 2614.9, 163.4, 256, 1000, 1.95,
+                   SPEC_SHEETS + " (AMD Instinct MI325X datasheet)", PRICE_NOTE_2026 + ": TensorWave MI325X"),
+        DeviceSpec("mi355x", "amd", "AMD Instinct MI355X", r"MI355X", 2516.6, 5033.2, None, 288, 1400, None,
+                   SPEC_SHEETS + " (AMD Instinct MI355X datasheet)"),
+    )
+}
+
+# Measured achievable BF16 matmul ceilings (MAMF), TFLOP/s: Stas Bekman, ml-engineering mamf-finder.
+MAMF_BF16_TFLOPS = {"h100": 794.5, "b200": 1745.0, "mi300x": 668.4, "mi325x": 784.9, "mi355x": 1565.0}
+
+# Precision each platform kind can train in at all (device-specific limits come from DEVICES).
+PLATFORM_PRECISIONS = {"cpu": ("fp32", "bf16"), "nvidia": ("fp32", "bf16", "fp8"), "amd": ("fp32", "bf16", "fp8")}
+
+
+def lookup(key: Optional[str]) -> Optional[DeviceSpec]:
+    return DEVICES.get(key.lower()) if key else None
+
+
+def device_key_from_name(device_name: str) -> Optional[str]:
+    """Map a device name as torch reports it ("NVIDIA H100 80GB HBM3") to a table key, or None."""
+    for spec in DEVICES.values():
+        if re.search(spec.name_pattern, device_name, flags=re.IGNORECASE):
+            return spec.key
+    return None

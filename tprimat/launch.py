@@ -1,0 +1,43 @@
+"""Hydra entry point behind ``python launch.py`` and ``tprimat launch``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from tprimat.config.schema import register_configs
+from tprimat.run import EXIT_OK, execute
+
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def task(cfg: DictConfig) -> int:
+    hydra_cfg = HydraConfig.get()
+    outcome = execute(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+    if hydra_cfg.mode == RunMode.MULTIRUN:  # one bad point never stops a sweep
+        SWEEP_OUTCOMES.append((" ".join(hydra_cfg.overrides.task), outcome.status))
+        return outcome.exit_code
+    if outcome.exit_code != EXIT_OK:
+        sys.exit(outcome.exit_code)
+    return outcome.exit_code
+
+
+def main() -> None:
+    task()
+    if SWEEP_OUTCOMES:
+        bad = [(point, status) for point, status in SWEEP_OUTCOMES if status not in ("ok", "dry_run")]
+        log = logging.getLogger("tprimat")
+        log.info("sweep: %d points, %d ok, %d not ok", len(SWEEP_OUTCOMES), len(SWEEP_OUTCOMES) - len(bad), len(bad))
+        for point, status in bad:
+            log.info("  %s: %s", status, point or "(defaults)")
+        sys.exit(1 if bad else 0)

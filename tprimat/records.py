@@ -1,0 +1,23 @@
+"""Step records: the one per-step event format shared by live runs and ingested logs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int  # 1-based optimizer step within its repeat
+    step_time_s: float  # wall time of the whole optimizer step (all micro batches), device-synchronised
+    tokens: int  # tokens processed by the step over all data-parallel ranks
+    loss: Optional[float]
+    lr: Optional[float]
+    grad_norm: Optional[float]  # global norm before clipping
+    memory_gib: Optional[float] = None  # GPU: allocated at step end; CPU: process resident set
+    peak_memory_gib: Optional[float] = None  # GPU: max allocated so far; CPU: peak resident set so far
+    repeat: int = 0
+    warmup: bool = False  # measured and kept, never averaged
+
+    def as_dict(self) -> dict:
+        return asdict(self)

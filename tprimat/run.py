@@ -1,0 +1,125 @@
+"""One benchmark, end to end: conf -> spec -> validate -> plan -> backend -> step records -> summary -> sinks.
+
+Every outcome writes result.json: ``invalid`` (exit 2) for a spec that breaks a rule, ``dry_run`` for a plan,
+``failed`` (exit 1) for a run that broke after validation, ``ok`` (exit 0) for a measured run.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from tprimat import backends, environment
+from tprimat.config.schema import TprimatConf
+from tprimat.config.spec import SpecError, build_spec, spec_to_dict
+from tprimat.detect import detect
+from tprimat.metrics import summarize
+from tprimat.plan import Plan, make_plan
+from tprimat.records import StepRecord
+from tprimat.result import make_result, new_run_id, write_result
+from tprimat.validate import validate
+
+log = logging.getLogger("tprimat")
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    exit_code: int
+    result_path: Path
+    result: dict
+
+
+def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) -> Outcome:
+    run_id, hw = new_run_id(), detect()
+    common = {"run_id": run_id, "environment": environment.collect(hw), "overrides": list(overrides or [])}
+    try:
+        spec = build_spec(cfg, hw)
+    except SpecError as exc:
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        raw.pop("hydra", None)
+        return _invalid(exc.problems, run_dir, common, raw)
+    problems = validate(spec, hw, dry_run=spec.dry_run)
+    if problems:
+        return _invalid(problems, run_dir, common, spec_to_dict(spec))
+    backend = backends.load(spec.framework.name)
+    plan = make_plan(spec, hw)
+    plan = replace(plan, backend=backend.name, backend_description=backend.describe(spec, plan))
+    backend_problems = backend.check(spec, plan)
+    common.update(spec=spec_to_dict(spec), framework={"name": backend.name, "version": backend.version()})
+    plan_dict = {**plan.as_dict(), "backend_problems": backend_problems}
+    for warning in plan.warnings:
+        log.warning(warning)
+    if spec.dry_run:
+        log.info("plan: %s", plan.backend_description)
+        result = make_result(status="dry_run", plan=plan_dict, warnings=list(plan.warnings), **common)
+        return _finish(result, run_dir, EXIT_OK)
+    if backend_problems:
+        return _invalid(backend_problems, run_dir, common, common["spec"], plan_dict)
+    return _train(spec, plan, plan_dict, backend, run_dir, common)
+
+
+def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Path, common: dict) -> Outcome:
+    from tprimat.sinks.wandb_sink import WandbSink
+
+    records: list[StepRecord] = []
+    warnings = list(plan.warnings)
+    sink = None
+    if spec.logging.wandb.mode != "disabled":
+        sink = WandbSink(spec.logging.wandb, run_dir, common["run_id"], spec.run_name or common["run_id"],
+                         common["spec"], spec.training.max_steps)
+
+    def on_step(record: StepRecord) -> None:
+        records.append(record)
+        if sink:
+            sink.on_step(record)
+        if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
+            log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | "
+                     "%.0f tokens/s%s", record.repeat, record.step, spec.training.max_steps, record.loss,
+                     record.lr, record.grad_norm, record.step_time_s, record.tokens / record.step_time_s,
+                     " (warm-up)" if record.warmup else "")
+
+    status, error, exit_code = "ok", None, EXIT_OK
+    try:
+        backend.run(spec, plan, on_step)
+    except Exception as exc:  # a run that breaks after validation is a result too
+        status, exit_code = "failed", EXIT_FAILED
+        error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
+        log.error("run failed: %s: %s", type(exc).__name__, exc)
+    summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
+    if status == "ok" and summary is None:
+        status, exit_code, error = "failed", EXIT_FAILED, "no measured step was recorded"
+    nonfinite = [r.step for r in records if r.loss is None or r.loss != r.loss]
+    if nonfinite:
+        warnings.append(f"non-finite loss at steps {nonfinite[:10]}")
+    wandb_info = sink.finish(status, summary) if sink else None
+    result = make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
+                         summary=summary, warnings=warnings, wandb=wandb_info, **common)
+    if summary:
+        log.info("%s on %s: %.0f tokens/s/device, median step %.3f s, %.3f TFLOP/s/device, MFU %s, peak memory "
+                 "%.2f GiB", spec.model.name, spec.platform.gpu or spec.platform.name,
+                 summary["tokens_per_s_per_device"], summary["step_time_s"]["median"], summary["tflops_per_device"],
+                 "n/a" if summary["mfu"] is None else f"{summary['mfu']:.1%}", summary["peak_memory_gib"] or 0)
+    return _finish(result, run_dir, exit_code)
+
+
+def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict],
+             plan: Optional[dict] = None) -> Outcome:
+    for line in problems:
+        log.error("invalid: %s", line)
+    fields = {k: v for k, v in common.items() if k not in ("spec", "framework")}
+    result = make_result(status="invalid", error="\n".join(problems), spec=spec, plan=plan,
+                         framework=common.get("framework"), **fields)
+    return _finish(result, run_dir, EXIT_INVALID)
+
+
+def _finish(result: dict, run_dir: Path, exit_code: int) -> Outcome:
+    path = write_result(result, run_dir)
+    log.info("result (%s): %s", result["status"], path)
+    return Outcome(result["status"], exit_code, path, result)

@@ -1,0 +1,1 @@
+"""Where a run's records and result go besides result.json (W&B)."""
