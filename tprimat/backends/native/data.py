@@ -11,16 +11,25 @@ import torch
 
 
 class SyntheticTokens:
-    def __init__(self, vocab_size: int, seq_length: int, seed: int):
+    def __init__(self, vocab_size: int, seq_length: int, seed: int, global_batch_size: int):
         self.vocab_size, self.seq_length, self.seed = vocab_size, seq_length, seed
+        self.global_batch_size = global_batch_size
         self.successor = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+        self._cached: tuple[int, torch.Tensor] | None = None
 
-    def batch(self, step: int, micro: int, rows: int, first_row: int = 0, num_rows: int | None = None):
-        """(inputs, targets) of the rows [first_row, first_row + num_rows) of micro batch ``micro`` of
-        optimizer step ``step``; all ``rows`` rows of that micro batch are drawn so that every rank layout
-        sees the same global batch."""
-        gen = torch.Generator().manual_seed(hash((self.seed, step, micro)) & 0x7FFF_FFFF_FFFF_FFFF)
-        tokens = torch.randint(self.vocab_size, (rows, self.seq_length + 1), generator=gen)
-        tokens[:, 1::2] = self.successor[tokens[:, 0::2][:, : tokens[:, 1::2].shape[1]]]
-        tokens = tokens[first_row: first_row + (num_rows or rows)]
+    def global_batch(self, step: int) -> torch.Tensor:
+        """All ``global_batch_size`` sequences (+1 token for the targets) of optimizer step ``step``."""
+        if self._cached is None or self._cached[0] != step:
+            gen = torch.Generator().manual_seed(hash((self.seed, step)) & 0x7FFF_FFFF_FFFF_FFFF)
+            tokens = torch.randint(self.vocab_size, (self.global_batch_size, self.seq_length + 1), generator=gen)
+            tokens[:, 1::2] = self.successor[tokens[:, 0::2][:, : tokens[:, 1::2].shape[1]]]
+            self._cached = (step, tokens)
+        return self._cached[1]
+
+    def rows(self, step: int, first_row: int, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) for rows [first_row, first_row + num_rows) of step ``step``'s global batch.
+
+        Micro batch m of data-parallel rank r takes rows m * mbs * dp + r * mbs ...: every layout of micro
+        batch size, accumulation and dp trains on the same global batch."""
+        tokens = self.global_batch(step)[first_row: first_row + num_rows]
         return tokens[:, :-1], tokens[:, 1:]

@@ -45,12 +45,12 @@ class NativeTrainer:
             apply_compile(model)
         self.model: nn.Module = model
         self.optimizer = build_optimizer(model, tr)
-        self.data = SyntheticTokens(self.spec.model.vocab_size, tr.seq_length, tr.seed)
+        self.data = SyntheticTokens(self.spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
         self.vocab_size = self.spec.model.vocab_size
 
     def micro_loss(self, step: int, micro: int) -> torch.Tensor:
-        mbs = self.spec.training.micro_batch_size
-        inputs, targets = self.data.batch(step, micro, rows=mbs * self.plan.dp, first_row=0, num_rows=mbs)
+        mbs, dp_rank = self.spec.training.micro_batch_size, 0
+        inputs, targets = self.data.rows(step, micro * mbs * self.plan.dp + dp_rank * mbs, mbs)
         inputs = inputs.to(self.device, non_blocking=True)
         targets = targets.to(self.device, non_blocking=True)
         with autocast(self.spec, self.device):

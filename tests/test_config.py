@@ -1,0 +1,95 @@
+"""Every config group member composes into a valid run spec and a plan (dry runs, on CPU)."""
+
+from pathlib import Path
+
+import pytest
+from dataclasses import FrozenInstanceError
+
+from tests.conftest import CONF, compose_config, run_inprocess
+from tprimat.config.spec import build_spec
+from tprimat.detect import detect
+
+MEMBERS = {group: sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+           for group in ("platform", "model", "framework", "methodology", "parallelism", "training", "benchmark",
+                         "logging")}
+TINY = [m for m in MEMBERS["model"] if m.endswith("_tiny")]
+FULL = [m for m in MEMBERS["model"] if not m.endswith("_tiny")]
+
+
+def test_groups_have_the_members_the_docs_promise():
+    assert MEMBERS["platform"] == ["amd", "auto", "cpu", "nvidia"]
+    assert set(MEMBERS["model"]) == {"llama", "qwen", "mistral", "llama70b", "llama_tiny", "qwen_tiny", "mistral_tiny"}
+    assert MEMBERS["methodology"] == ["identical_config", "maximum_performance"]
+    assert "native" in MEMBERS["framework"]
+
+
+@pytest.mark.parametrize("platform", MEMBERS["platform"])
+@pytest.mark.parametrize("methodology", MEMBERS["methodology"])
+@pytest.mark.parametrize("model", TINY)
+def test_tiny_models_plan_on_every_platform(tmp_path, platform, methodology, model):
+    gpu = {"nvidia": ["platform.gpu=h100"], "amd": ["platform.gpu=mi300x"]}.get(platform, [])
+    gpu += ["platform.devices_per_node=1"]
+    out = run_inprocess(tmp_path, [f"platform={platform}", f"methodology={methodology}", f"model={model}",
+                                   "dry_run=true", *gpu])
+    assert out.status == "dry_run", out.result["error"]
+    plan = out.result["plan"]
+    assert plan["tokens_per_step"] == 8 * 256
+    assert plan["world_size"] == plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"]
+    assert plan["backend"] == "native"
+    assert (tmp_path / "result.json").exists()
+
+
+# 8B-class models on their platforms' tuned settings, 70B with tensor parallelism over 4 nodes.
+@pytest.mark.parametrize("model", FULL)
+@pytest.mark.parametrize("platform,gpu", [("nvidia", "h100"), ("nvidia", "b200"), ("amd", "mi300x"),
+                                          ("amd", "mi355x")])
+def test_full_size_models_plan_on_gpu_nodes(tmp_path, model, platform, gpu):
+    extra = ["platform.nodes=4", "parallelism.tp=8", "training.activation_checkpointing=full"] \
+        if model == "llama70b" else []
+    out = run_inprocess(tmp_path, [f"platform={platform}", f"platform.gpu={gpu}", f"model={model}",
+                                   "dry_run=true", *extra])
+    assert out.status == "dry_run", out.result["error"]
+    plan = out.result["plan"]
+    assert plan["peak_tflops"] > 0 and plan["memory_estimate_gib"] <= plan["device_memory_gib"]
+    # maximum_performance applies the platform's tuned settings; a node of 8 GPUs is 8-way data parallel.
+    assert out.result["spec"]["parallelism"]["fsdp"] is True
+    assert plan["grad_accum_steps"] == 128 // (plan["dp"] * 1)
+
+
+def test_dry_run_plan_section(tmp_path):
+    out = run_inprocess(tmp_path, ["platform=nvidia", "platform.gpu=h100", "model=llama", "dry_run=true"])
+    plan = out.result["plan"]
+    assert plan["world_size"] == 8 and plan["dp"] == 8 and plan["grad_accum_steps"] == 16
+    assert plan["tokens_per_step"] == 128 * 8192
+    assert plan["flops_per_token"] / 1e9 == pytest.approx(51.47, abs=0.01)
+    assert plan["flops_convention"] == "megatron"
+    # Dry runs plan what the backend would run and say what it cannot run yet, without failing.
+    assert "single process" in plan["backend_problems"][0]
+    assert out.result["steps"] == [] and out.result["summary"] is None
+
+
+def test_auto_platform_resolves_to_detected_hardware():
+    spec = build_spec(compose_config([]), detect())
+    assert spec.platform.name == detect().kind
+
+
+def test_spec_is_frozen():
+    spec = build_spec(compose_config([]), detect())
+    with pytest.raises(FrozenInstanceError):
+        spec.training.max_steps = 3
+    with pytest.raises(FrozenInstanceError):
+        spec.training = None
+
+
+def test_tiny_models_select_tiny_training_and_command_line_wins():
+    assert compose_config(["model=llama_tiny"]).training.seq_length == 256
+    assert compose_config(["model=llama"]).training.seq_length == 8192
+    assert compose_config(["model=llama_tiny", "training=default"]).training.seq_length == 8192
+
+
+def test_methodologies_set_precision_and_parallelism():
+    tuned = compose_config(["platform=nvidia", "methodology=maximum_performance"])
+    same = compose_config(["platform=nvidia", "methodology=identical_config"])
+    assert tuned.parallelism.fsdp is True and tuned.training.activation_checkpointing == "selective"
+    assert same.parallelism.fsdp is False and same.training.activation_checkpointing == "none"
+    assert same.training.precision == "bf16"

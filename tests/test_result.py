@@ -1,0 +1,103 @@
+"""The result file: the README's main job end to end, schema, secrets, failures, W&B, sweeps, CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import QUICK, ROOT, run_inprocess
+from tprimat.backends.native.train import NativeTrainer
+from tprimat.result import SCHEMA_VERSION, read_result, validate_result, write_result
+from tprimat.wandb_offline import find_offline_runs, read_offline_run
+
+
+def test_default_launch_writes_a_valid_ok_result(default_run):
+    run_dir, proc = default_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = read_result(run_dir)
+    assert validate_result(result) == []
+    assert result["status"] == "ok" and result["error"] is None and result["schema_version"] == SCHEMA_VERSION
+    assert result["spec"]["model"]["name"] == "llama_tiny" and result["spec"]["framework"]["name"] == "native"
+    assert result["spec"]["platform"]["name"] in ("cpu", "nvidia", "amd")  # auto resolved
+    assert result["framework"]["version"].startswith("torch ")
+    env = result["environment"]
+    assert env["packages"]["torch"] and env["python"] and env["cpu"]["logical_cores"] >= 1
+    assert len(result["steps"]) == result["spec"]["training"]["max_steps"]
+    assert result["summary"]["tokens_per_s"] > 0
+
+
+def test_secrets_never_reach_results_logs_or_wandb(default_run):
+    run_dir, _ = default_run
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert b"sk-test-secret-0123456789" not in data, path
+            assert b"hf_test_secret_987" not in data, path
+
+
+def test_wandb_offline_run_holds_config_steps_and_summary(default_run):
+    run_dir, _ = default_run
+    result = read_result(run_dir)
+    runs = find_offline_runs(run_dir)
+    assert len(runs) == 1 and result["wandb"]["mode"] == "offline"
+    run = read_offline_run(runs[0])
+    assert run.run_id == result["wandb"]["id"]
+    assert run.config["model"]["name"] == "llama_tiny"
+    losses = [h["train/loss"] for h in run.history if "train/loss" in h]
+    assert losses == pytest.approx([s["loss"] for s in result["steps"]])
+    assert run.summary["tokens_per_s"] == pytest.approx(result["summary"]["tokens_per_s"])
+    assert run.summary["step_time_s/median"] == pytest.approx(result["summary"]["step_time_s"]["median"])
+    assert run.summary["status"] == "ok" and run.exit_code == 0
+
+
+def test_a_run_that_fails_after_validation_records_failed(tmp_path, monkeypatch):
+    real_step = NativeTrainer.step
+
+    def step_then_fail(self, step):
+        if step == 2:
+            raise RuntimeError("simulated device fault at step 3")
+        return real_step(self, step)
+
+    monkeypatch.setattr(NativeTrainer, "step", step_then_fail)
+    out = run_inprocess(tmp_path, QUICK)
+    assert out.status == "failed" and out.exit_code == 1
+    assert "simulated device fault" in out.result["error"]
+    assert len(out.result["steps"]) == 2  # what was measured before the failure is kept
+    assert read_result(tmp_path)["status"] == "failed"
+
+
+def test_results_are_written_atomically_and_without_nan(tmp_path):
+    write_result({"a": float("nan"), "b": [1.0, float("inf")]}, tmp_path)
+    assert json.loads((tmp_path / "result.json").read_text()) == {"a": None, "b": [1.0, None]}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_schema_rejects_a_broken_result(default_run):
+    result = read_result(default_run[0])
+    result["status"] = "great"
+    del result["steps"][0]["step_time_s"]
+    problems = validate_result(result)
+    assert any(p.startswith("status:") for p in problems)
+    assert any(p.startswith("steps/0:") and "step_time_s" in p for p in problems)
+
+
+def test_multirun_records_invalid_points_and_goes_on(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
+                           "parallelism.tp=1,2", *QUICK], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # one point was not ok
+    ok, invalid = read_result(tmp_path / "0"), read_result(tmp_path / "1")
+    assert ok["status"] == "ok" and ok["summary"]["measured_steps"] == 3
+    assert invalid["status"] == "invalid" and "parallelism.tp=2" in invalid["error"]
+    assert validate_result(ok) == [] and validate_result(invalid) == []
+    assert "sweep: 2 points, 1 ok, 1 not ok" in proc.stderr + proc.stdout
+
+
+def test_cli_check(default_run, tmp_path):
+    good = default_run[0] / "result.json"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"status": "ok"}))
+    proc = subprocess.run([sys.executable, "-m", "tprimat", "check", str(good), str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert f"{good}: ok" in proc.stdout and f"{bad}: INVALID" in proc.stdout

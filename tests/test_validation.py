@@ -1,0 +1,122 @@
+"""The table of bad inputs: each rule gives one line naming the keys and values; exit code 2, no traceback."""
+
+import json
+
+import pytest
+
+from tests.conftest import compose_config, run_inprocess, run_launch
+from tprimat.config.spec import SpecError, build_spec
+from tprimat.detect import DetectedHardware, detect
+from tprimat.validate import validate
+
+BAD = [
+    # (overrides, every fragment the violation line must contain)
+    (["platform.devices_per_node=2", "parallelism.dp=1"],
+     ["platform.devices_per_node=2", "dp=1", "world size must equal tp * pp * cp * dp"]),
+    (["platform.devices_per_node=3", "parallelism.tp=2"],
+     ["parallelism.tp=2", "world size must be a multiple of tp * pp * cp"]),
+    (["training.global_batch_size=10"],
+     ["training.global_batch_size=10", "training.micro_batch_size=4", "divisible by micro_batch_size * dp"]),
+    (["platform.devices_per_node=4", "parallelism.tp=4"],
+     ["model.num_kv_heads=2", "parallelism.tp=4", "divisible by tp"]),
+    (["platform.devices_per_node=3", "parallelism.tp=3", "training.global_batch_size=12"],
+     ["model.num_attention_heads=8", "parallelism.tp=3"]),
+    (["platform.devices_per_node=3", "parallelism.pp=3", "training.global_batch_size=12"],
+     ["model.num_layers=4", "parallelism.pp=3", "divisible by pp"]),
+    (["platform.devices_per_node=3", "parallelism.cp=3", "training.global_batch_size=12"],
+     ["training.seq_length=256", "parallelism.cp=3", "divisible by cp"]),
+    (["training.precision=fp8"], ["training.precision=fp8", "platform.name=cpu", "FP8 tensor cores"]),
+    (["platform=nvidia", "platform.gpu=a100", "platform.devices_per_node=1", "training.precision=fp8"],
+     ["training.precision=fp8", "platform.gpu=a100", "no fp8 tensor cores"]),
+    (["platform=cpu", "model=llama"], ["model.name=llama", "GiB per device", "exceeds"]),
+    (["platform=nvidia", "platform.gpu=h100", "model=llama", "methodology=identical_config"],
+     ["fsdp=False", "exceeds 80.0 GiB", "hardware table: NVIDIA H100 SXM"]),
+    (["training.precision=fp16"], ["training.precision=fp16", "must be one of bf16, fp32, fp8"]),
+    (["platform.name=tpu"], ["platform.name=tpu", "must be one of cpu, nvidia, amd"]),
+    (["logging.wandb.mode=sometimes"], ["logging.wandb.mode=sometimes", "offline, online, disabled"]),
+    (["training.activation_checkpointing=some"], ["training.activation_checkpointing=some", "none, full, selective"]),
+    (["methodology.name=fastest"], ["methodology.name=fastest", "maximum_performance, identical_config"]),
+    (["parallelism.pp_schedule=zb"], ["parallelism.pp_schedule=zb", "gpipe, 1f1b"]),
+    (["training.micro_batch_size=0"], ["training.micro_batch_size=0", "must be >= 1"]),
+    (["benchmark.repeats=0"], ["benchmark.repeats=0", "must be >= 1"]),
+    (["benchmark.warmup_steps=-1"], ["benchmark.warmup_steps=-1", "must be >= 0"]),
+    (["training.optimizer.lr=0"], ["training.optimizer.lr=0", "must be > 0"]),
+    (["training.optimizer.min_lr=0.1"], ["training.optimizer.min_lr=0.1", "min_lr must not exceed lr"]),
+    (["training.optimizer.beta2=1.0"], ["training.optimizer.beta2=1.0", "[0, 1)"]),
+    (["parallelism.zero_stage=4"], ["parallelism.zero_stage=4", "0, 1, 2 or 3"]),
+    (["benchmark.warmup_steps=20"], ["benchmark.warmup_steps=20", "training.max_steps=20", "warmup_steps < max_steps"]),
+    (["training.optimizer.warmup_steps=30"], ["training.optimizer.warmup_steps=30", "warmup_steps <= max_steps"]),
+    (["parallelism.fsdp=true", "parallelism.zero_stage=2"], ["parallelism.fsdp=true", "zero_stage=2", "choose one"]),
+    (["parallelism.sequence_parallel=true"], ["parallelism.sequence_parallel=true", "tp > 1"]),
+    (["platform=amd", "platform.gpu=h100", "platform.devices_per_node=1"],
+     ["platform.gpu=h100", "platform.name=amd", "nvidia device"]),
+    (["platform=cpu", "platform.gpu=mi300x"], ["platform.gpu=mi300x", "a CPU platform has no GPU"]),
+    (["model.num_attention_heads=6", "model.num_kv_heads=2"],
+     ["model.hidden_size=256", "model.num_attention_heads=6", "divisible by num_attention_heads"]),
+    (["model.num_kv_heads=3"], ["model.num_attention_heads=8", "model.num_kv_heads=3", "multiple of KV heads"]),
+    (["training.seq_length=4096"], ["training.seq_length=4096", "model.max_position_embeddings=2048"]),
+    (["framework.name=caffe"], ["framework.name=caffe", "unknown backend", "native"]),
+    (["framework.name=megatron"], ["framework.name=megatron", "not built yet"]),
+]
+
+
+def problems_for(overrides, hw=None, dry_run=True):
+    hw = hw or detect()
+    return validate(build_spec(compose_config(overrides), hw), hw, dry_run=dry_run)
+
+
+@pytest.mark.parametrize("overrides,fragments", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_each_rule_names_keys_values_and_rule(overrides, fragments):
+    problems = problems_for(overrides)
+    assert any(all(f in line for f in fragments) for line in problems), problems
+    assert all("\n" not in line for line in problems)
+
+
+def test_the_default_config_is_valid():
+    assert problems_for([], dry_run=False) == []
+
+
+def test_all_violations_are_reported_together():
+    problems = problems_for(["training.precision=fp16", "training.micro_batch_size=0"])
+    assert len(problems) == 2
+
+
+def test_platform_hardware_must_be_present_unless_dry_run():
+    cpu = DetectedHardware("cpu", "AMD EPYC", 1, 24.0, None)
+    overrides = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=1"]
+    assert any("no nvidia GPU is visible" in p and "dry_run=true" in p for p in problems_for(overrides, cpu, False))
+    assert problems_for(overrides, cpu, True) == []
+
+
+def test_more_devices_than_the_node_has():
+    one_h100 = DetectedHardware("nvidia", "NVIDIA H100 80GB HBM3", 1, 79.6, "h100")
+    problems = problems_for(["platform=nvidia", "platform.devices_per_node=2", "model=llama_tiny"], one_h100, False)
+    assert any("platform.devices_per_node=2" in p and "only 1" in p for p in problems), problems
+
+
+def test_unknown_key_added_on_the_command_line_is_rejected():
+    with pytest.raises(SpecError, match=r"training.foo: unknown key"):
+        build_spec(compose_config(["+training.foo=1"]), detect())
+
+
+def test_invalid_run_exits_2_without_traceback_and_records_why(tmp_path):
+    proc = run_launch(tmp_path, "training.global_batch_size=10", "training.precision=fp8")
+    assert proc.returncode == 2, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output
+    assert "training.global_batch_size=10" in output and "training.precision=fp8" in output
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "invalid" and "divisible by micro_batch_size" in result["error"]
+
+
+def test_invalid_point_result_in_process(tmp_path):
+    out = run_inprocess(tmp_path, ["parallelism.tp=2"])
+    assert out.status == "invalid" and out.exit_code == 2
+    assert "world size" in out.result["error"]
+
+
+def test_type_errors_are_rejected_by_the_schema(tmp_path):
+    proc = run_launch(tmp_path, "training.max_steps=many")
+    assert proc.returncode != 0
+    assert "training.max_steps" in proc.stderr
+    assert not (tmp_path / "result.json").exists()

@@ -1,0 +1,3 @@
+from tprimat.cli import main
+
+main()
