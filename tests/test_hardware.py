@@ -1,0 +1,61 @@
+"""Hardware facts: device-name detection, peaks with sources, MFU refused where it would be a guess."""
+
+import pytest
+
+from tests.conftest import compose_config, run_inprocess
+from tprimat.config.spec import build_spec
+from tprimat.detect import DetectedHardware
+from tprimat.hardware import DEVICES, device_key_from_name
+from tprimat.metrics import summarize
+from tprimat.plan import make_plan
+from tprimat.records import StepRecord
+
+
+@pytest.mark.parametrize("name,key", [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
+    ("AMD Instinct MI355X", "mi355x"), ("NVIDIA GeForce RTX 4090", None), ("AMD Radeon PRO W7900", None)])
+def test_device_names_map_to_table_rows(name, key):
+    assert device_key_from_name(name) == key
+
+
+def test_every_row_has_a_source_and_dense_peaks():
+    for device in DEVICES.values():
+        assert device.source and device.memory_gib > 0 and device.tdp_w > 0
+        if device.fp8_tflops:
+            assert device.fp8_tflops == pytest.approx(2 * device.bf16_tflops, rel=0.01)  # dense, not sparse
+        if device.price_per_hour_usd is not None:
+            assert device.price_source
+
+
+def test_detected_gpu_fills_platform_gpu():
+    hw = DetectedHardware("nvidia", "NVIDIA H200", 8, 139.8, "h200")
+    spec = build_spec(compose_config(["model=llama"]), hw)
+    assert spec.platform.name == "nvidia" and spec.platform.gpu == "h200"
+    plan = make_plan(spec, hw)
+    assert plan.peak_tflops == 989.4 and plan.device_memory_gib == 139.8
+
+
+def test_unknown_gpu_gives_null_mfu_with_a_warning(tmp_path):
+    out = run_inprocess(tmp_path, ["platform=nvidia", "platform.gpu=rtx4090", "platform.devices_per_node=1",
+                                   "dry_run=true"])
+    assert out.status == "dry_run"
+    assert out.result["plan"]["peak_tflops"] is None
+    assert any("rtx4090" in w and "MFU will be null" in w for w in out.result["warnings"])
+    records = [StepRecord(step=1, step_time_s=1.0, tokens=1000, loss=1.0, lr=1e-3, grad_norm=1.0)]
+    assert summarize(records, 1, 1e9, out.result["plan"]["peak_tflops"])["mfu"] is None
+
+
+def test_mfu_against_the_spec_peak():
+    records = [StepRecord(step=i, step_time_s=2.0, tokens=8192 * 128, loss=1.0, lr=1e-3, grad_norm=1.0)
+               for i in range(1, 4)]
+    s = summarize(records, world_size=8, flops_per_token=51.47e9, peak_tflops=989.4)
+    assert s["tokens_per_s_per_device"] == pytest.approx(8192 * 128 / 2.0 / 8)
+    assert s["mfu"] == pytest.approx(s["tflops_per_device"] / 989.4)
+
+
+def test_fp8_has_no_mfu(tmp_path):
+    out = run_inprocess(tmp_path, ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=1",
+                                   "training.precision=fp8", "dry_run=true"])
+    assert out.result["plan"]["peak_tflops"] is None
+    assert any("fp8" in w for w in out.result["warnings"])
