@@ -93,3 +93,34 @@ def test_methodologies_set_precision_and_parallelism():
     assert tuned.parallelism.fsdp is True and tuned.training.activation_checkpointing == "selective"
     assert same.parallelism.fsdp is False and same.training.activation_checkpointing == "none"
     assert same.training.precision == "bf16"
+
+
+def test_unknown_key_in_a_yaml_file_is_rejected(tmp_path):
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "model" / "typo.yaml").write_text((conf / "model" / "llama_tiny.yaml").read_text() + "num_layer: 2\n")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException) as err:
+            compose("config", overrides=["model=typo"])
+    assert "num_layer" in str(err.value.__cause__ or err.value)
+
+
+def test_wrong_type_in_a_yaml_file_is_rejected(tmp_path):
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    text = (conf / "model" / "llama_tiny.yaml").read_text().replace("num_layers: 4", "num_layers: four")
+    (conf / "model" / "typo.yaml").write_text(text)
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException) as err:
+            compose("config", overrides=["model=typo"])
+    assert "num_layers" in str(err.value.__cause__ or err.value)

@@ -108,3 +108,11 @@ def test_synthetic_data_is_seeded_and_learnable():
     assert torch.equal(x1[:, 1::2], data.successor[x1[:, 0::2]])  # odd positions follow the permutation
     part, _ = data.rows(step=3, first_row=2, num_rows=2)
     assert torch.equal(part, x1[2:])  # a micro batch or data-parallel rank takes a slice of one global batch
+
+
+def test_compile_runs_and_its_cost_stays_in_the_warmup(tmp_path):
+    out = run_inprocess(tmp_path, ["training.compile=true", "training.max_steps=4", "benchmark.warmup_steps=1",
+                                   "logging.wandb.mode=disabled", "training.optimizer.warmup_steps=1"])
+    assert out.status == "ok", out.result["error"]
+    steps = out.result["steps"]
+    assert steps[0]["warmup"] and steps[0]["step_time_s"] > 3 * out.result["summary"]["step_time_s"]["median"]

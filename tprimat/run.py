@@ -48,7 +48,10 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
     problems = validate(spec, hw, dry_run=spec.dry_run)
     if problems:
         return _invalid(problems, run_dir, common, spec_to_dict(spec))
-    backend = backends.load(spec.framework.name)
+    try:
+        backend = backends.load(spec.framework.name)
+    except backends.BackendUnavailable as exc:  # e.g. an optional framework that is not installed
+        return _invalid([str(exc)], run_dir, common, spec_to_dict(spec))
     plan = make_plan(spec, hw)
     plan = replace(plan, backend=backend.name, backend_description=backend.describe(spec, plan))
     backend_problems = backend.check(spec, plan)
