@@ -1,4 +1,4 @@
-"""The ``tprimat`` console script: ``tprimat launch [hydra overrides]``, ``tprimat check RESULT...``."""
+"""The ``tprimat`` console script: ``launch`` (Hydra overrides), ``check``, ``compare``, ``preflight``."""
 
 from __future__ import annotations
 
@@ -36,5 +36,18 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("launch", help="run a benchmark: tprimat launch [group=option ...] [key=value ...]")
     check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
     check_parser.add_argument("results", nargs="+")
+    from tprimat.compare.cli import add_arguments as compare_arguments
+    from tprimat.preflight import add_arguments as preflight_arguments
+
+    compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
+    preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
     args = parser.parse_args(argv)
-    sys.exit(check(args.results))
+    if args.command == "check":
+        sys.exit(check(args.results))
+    if args.command == "compare":
+        from tprimat.compare.cli import run as compare
+
+        sys.exit(compare(args))
+    from tprimat.preflight import run as preflight
+
+    sys.exit(preflight(args))

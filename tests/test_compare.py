@@ -1,0 +1,260 @@
+"""tprimat compare on results of real CPU runs: statistics, flags, significance, gate, report and plots.
+
+Where a test needs another platform, it derives a result from a real CPU run (steps rescaled, summary
+recomputed by the same metrics code as live runs) and says what it stands for.
+"""
+
+import copy
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_inprocess
+from tprimat.compare import stats
+from tprimat.compare.groups import build_groups
+from tprimat.compare.load import Loaded, load
+from tprimat.compare.speedups import speedups
+from tprimat.metrics import summarize
+from tprimat.records import StepRecord
+from tprimat.result import validate_result, write_result
+
+RUN = ["training.max_steps=10", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled"]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Two repeats of the same spec and one fp32 identical_config run, all real CPU training."""
+    root = tmp_path_factory.mktemp("compare")
+    a = run_inprocess(root / "a", RUN).result
+    b = run_inprocess(root / "b", RUN).result
+    c = run_inprocess(root / "c", [*RUN, "methodology=identical_config", "training.precision=fp32"]).result
+    return root, a, b, c
+
+
+def derived(result, *, time_scale=1.0, platform=None, gpu=None, world_size=None, model=None, edit=None):
+    """A copy of a real result standing for another setup: step times scaled, summary recomputed."""
+    r = copy.deepcopy(result)
+    if platform:
+        r["spec"]["platform"].update(name=platform, gpu=gpu)
+    if world_size:
+        r["spec"]["platform"]["devices_per_node"] = world_size
+        r["plan"].update(world_size=world_size, dp=world_size)
+    if model:
+        r["spec"]["model"].update(model["spec"])
+        r["plan"].update(model["plan"])
+    for s in r["steps"]:
+        s["step_time_s"] *= time_scale
+    if edit:
+        edit(r)
+    records = [StepRecord(**s) for s in r["steps"]]
+    r["summary"] = summarize(records, r["plan"]["world_size"], r["plan"]["flops_per_token"], r["plan"]["peak_tflops"])
+    assert validate_result(r) == []
+    return r
+
+
+def groups_of(*results, aggregate="median"):
+    from pathlib import Path
+
+    return build_groups([Loaded(Path(f"r{i}/result.json"), r) for i, r in enumerate(results)], aggregate)
+
+
+def test_repeats_of_one_spec_merge_into_one_group(real):
+    root, a, b, c = real
+    groups = build_groups(load([str(root)]).results)
+    assert len(groups) == 2
+    merged = next(g for g in groups if g.precision == "bf16")
+    assert merged.metrics["runs"] == 2 and merged.metrics["measured_steps"] == 16
+    rates = [a["summary"]["tokens_per_s"], b["summary"]["tokens_per_s"]]
+    assert merged.metrics["tokens_per_s"] == pytest.approx(np.median(rates))
+
+
+def test_warmup_never_enters_the_numbers(real):
+    _, a, _, _ = real
+    slow_warmup = derived(a, edit=lambda r: [s.update(step_time_s=s["step_time_s"] * 100)
+                                             for s in r["steps"] if s["warmup"]])
+    g_plain, g_slow = groups_of(a), groups_of(slow_warmup)
+    assert g_slow[0].metrics["tokens_per_s"] == pytest.approx(g_plain[0].metrics["tokens_per_s"])
+
+
+def test_impossible_published_claim_is_flagged(real):
+    """~72,500 tokens/s/GPU for Llama 3.1 8B on MI300X (~3.7 PFLOP/s per GPU) cannot be real."""
+    _, a, _, _ = real
+    llama8b = {"spec": {"name": "llama", "num_layers": 32, "hidden_size": 4096, "vocab_size": 128256},
+               "plan": {"flops_per_token": 51.47e9, "peak_tflops": 1307.4}}
+    per_step_tokens = a["steps"][0]["tokens"]
+    claim = derived(a, platform="amd", gpu="mi300x", world_size=8, model=llama8b,
+                    edit=lambda r: [s.update(step_time_s=per_step_tokens / (72_500 * 8)) for s in r["steps"]])
+    group = groups_of(claim)[0]
+    assert group.metrics["tokens_per_s_per_device"] == pytest.approx(72_500)
+    assert any(f.startswith("IMPOSSIBLE") and "MI300X" in f for f in group.flags)
+    plausible = derived(claim, time_scale=10)  # 7,250 tokens/s/GPU: ~373 TFLOP/s, under the peak
+    assert not any(f.startswith("IMPOSSIBLE") for f in groups_of(plausible)[0].flags)
+
+
+def test_platform_speedup_is_significant_only_when_it_is(real):
+    _, a, _, _ = real
+    twice_as_fast = derived(a, time_scale=0.5, platform="nvidia", gpu="h100")
+    same_speed = derived(a, platform="amd", gpu="mi300x")
+    found = {s.other.device if s.baseline.device == "cpu" else s.baseline.device: s
+             for s in speedups(groups_of(a, twice_as_fast, same_speed)) if "cpu" in (s.baseline.device, s.other.device)}
+    fast = found["h100"]
+    ratio = fast.point if fast.other.device == "h100" else 1 / fast.point
+    assert ratio == pytest.approx(2.0, rel=1e-6) and fast.significant
+    same = found["mi300x"]
+    assert same.point == pytest.approx(1.0) and not same.significant
+    assert "not significant" in same.wording()
+
+
+def test_identical_config_runs_with_different_settings_are_refused(real):
+    _, _, _, c = real
+    hidden_lr = derived(c, platform="amd", gpu="mi300x",
+                        edit=lambda r: r["spec"]["training"]["optimizer"].update(lr=1e-5))
+    [s] = speedups(groups_of(c, hidden_lr))
+    assert s.refused and "training.optimizer.lr" in s.refused and "refused" in s.wording()
+    same = derived(c, platform="amd", gpu="mi300x")
+    [ok] = speedups(groups_of(c, same))
+    assert ok.refused is None
+
+
+def test_failed_audit_is_refused(real):
+    _, _, _, c = real
+    audited = derived(c, platform="amd", gpu="mi300x", edit=lambda r: r.update(audit={"passed": False, "checks": []}))
+    [s] = speedups(groups_of(c, audited))
+    assert "audit failed" in s.refused
+
+
+def test_cost_energy_and_time_to_train(real):
+    _, a, _, _ = real
+    h100 = derived(a, platform="nvidia", gpu="h100", world_size=8)
+    m = groups_of(h100)[0].metrics
+    assert m["usd_per_1t_tokens"] == pytest.approx(2.99 * 8 / 3600 / m["tokens_per_s"] * 1e12)
+    assert m["energy_j_per_token"] == pytest.approx(700 * 8 / m["tokens_per_s"])
+    assert m["energy_is_estimate"] and "TDP" in m["energy_source"]
+    assert m["days_to_train_15t"] == pytest.approx(15 * m["days_to_train_1t"])
+    cpu = groups_of(a)[0].metrics
+    assert cpu["usd_per_1t_tokens"] is None and cpu["energy_j_per_token"] is None
+    measured = derived(h100, edit=lambda r: r.update(telemetry={"energy_per_token_j": 0.5}) or None)
+    assert groups_of(measured)[0].metrics["energy_source"] == "measured (telemetry)"
+
+
+# Statistics against known distributions.
+
+def test_olympic_and_harmonic_means():
+    assert stats.olympic_mean([1, 2, 3, 100]) == 2.5
+    assert stats.aggregate([1, 2, 3, 100], "median") == 2.5 and stats.aggregate([1, 3], "mean") == 2
+    assert stats.harmonic_mean([1.0, 2.0]) == pytest.approx(4 / 3)  # equal work at 1 and 2 units/s
+    with pytest.raises(ValueError, match="--aggregate"):
+        stats.aggregate([1.0], "max")
+
+
+def test_bootstrap_interval_covers_the_true_rate():
+    rng = np.random.default_rng(1)
+    shape, scale, tokens = 20.0, 0.05, 1000.0  # step times ~ Gamma(20, 0.05): mean 1.0 s
+    truth = tokens / (shape * scale)
+    hits = 0
+    for trial in range(200):
+        times = rng.gamma(shape, scale, size=40)
+        lo, hi = stats.bootstrap_ci([tokens] * 40, times, n_boot=1000, seed=trial)
+        hits += lo <= truth <= hi
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_ratio_interval_separates_real_differences_only():
+    rng = np.random.default_rng(2)
+    base = ([1000.0] * 40, rng.normal(1.0, 0.05, 40))
+    same = ([1000.0] * 40, rng.normal(1.0, 0.05, 40))
+    faster = ([1000.0] * 40, rng.normal(0.8, 0.04, 40))
+    _, lo, hi = stats.ratio_ci(base, same)
+    assert not stats.significant(lo, hi)
+    point, lo, hi = stats.ratio_ci(base, faster)
+    assert stats.significant(lo, hi) and lo > 1.15 and point == pytest.approx(1.25, rel=0.05)
+
+
+def test_steady_state_check_flags_a_drifting_window(real):
+    _, a, _, _ = real
+    assert stats.drift([1.0] * 10) == 0
+    assert stats.drift([1.0, 1.0, 1.0, 1.0, 1.3, 1.3, 1.3, 1.3]) == pytest.approx(0.3)
+    drifting = derived(a, edit=lambda r: [s.update(step_time_s=0.1 * (1 + i * 0.2)) for i, s in enumerate(r["steps"])])
+    assert any("not steady" in f for f in groups_of(drifting)[0].flags)
+
+
+# The command: console, report, plots, CSV, regression gate.
+
+def compare(*args):
+    return subprocess.run([sys.executable, "-m", "tprimat", "compare", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_compare_writes_report_plots_and_tables(real, tmp_path):
+    root, a, _, _ = real
+    write_result(derived(a, time_scale=0.5, platform="nvidia", gpu="h100"), root / "h100")
+    out = tmp_path / "report"
+    proc = compare(root, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokens/s/device" in proc.stdout.replace("\n", "") or "tokens/s/dev" in proc.stdout
+    assert "platform speedup" in proc.stdout
+    report = (out / "report.md").read_text()
+    for section in ("## Summary", "## Hardware and software", "## Configuration", "## Performance",
+                    "## Memory and efficiency", "## Cost, energy and time to train", "## Methodology"):
+        assert section in report
+    assert "ESTIMATE" in report  # the H100 energy is a TDP estimate and says so
+    import matplotlib.image as mpimg
+
+    pngs = sorted((out / "plots").glob("*.png"))
+    assert {p.stem for p in pngs} == {"throughput", "step_time", "memory", "loss_lr", "mfu", "cost", "energy"}
+    for png in pngs:
+        pixels = mpimg.imread(png)
+        assert png.stat().st_size > 5000 and pixels.std() > 0.01, png
+    rows = (out / "table.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3 and "tokens_per_s_per_device" in rows[0]
+    summary = json.loads((out / "comparison.json").read_text())
+    assert {s["kind"] for s in summary["speedups"]} == {"platform"}
+    (root / "h100" / "result.json").unlink()
+
+
+def test_filters(real):
+    root, *_ = real
+    proc = compare(root, "--methodology", "identical_config")
+    assert proc.returncode == 0 and "maximum_performance" not in proc.stdout
+    assert compare(root, "--platform", "amd").returncode == 1  # nothing left: says so, exits 1
+
+
+def test_regression_gate_exit_code_names_the_group(real, tmp_path):
+    root, a, _, _ = real
+    baseline, current = tmp_path / "baseline", tmp_path / "current"
+    write_result(a, baseline)
+    write_result(derived(a, time_scale=1.25), current)  # 20% slower
+    proc = compare(current, "--baseline", baseline, "--fail-below", "0.95")
+    assert proc.returncode == 3
+    assert "REGRESSION: llama_tiny | native | cpu x1" in proc.stdout and "0.800 x baseline" in proc.stdout
+    assert compare(current, "--baseline", baseline, "--fail-below", "0.7").returncode == 0
+
+
+def test_preflight_measures_and_compare_uses_the_ceiling(real, tmp_path):
+    root, *_ = real
+    pf = tmp_path / "preflight.json"
+    proc = subprocess.run([sys.executable, "-m", "tprimat", "preflight", "--ranks", "2", "--sizes", "256,512",
+                           "--allreduce-mib", "1", "--iters", "3", "--out", str(pf)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(pf.read_text())
+    assert record["kind"] == "tprimat_preflight" and record["matmul_tflops"]["bf16"] > 0
+    assert record["allreduce"]["ranks"] == 2 and record["allreduce"]["max_busbw_gbps"] > 0
+    groups = build_groups(load([str(root)]).results, ceilings=__import__(
+        "tprimat.compare.groups", fromlist=["ceilings_from"]).ceilings_from([record]))
+    for g in groups:
+        assert g.metrics["mfu"] is None  # no spec peak for a CPU
+        assert g.metrics["mfu_vs_measured"] == pytest.approx(
+            g.metrics["tflops_per_device"] / record["matmul_tflops"][g.precision])
+
+
+def test_report_tables_keep_their_columns(real, tmp_path):
+    root, *_ = real
+    assert compare(root, "--out", tmp_path).returncode == 0
+    for line in (tmp_path / "report.md").read_text().splitlines():
+        if line.startswith("| ") and "---" not in line:
+            cells = [c for c in __import__("re").split(r"(?<!\\)\|", line)[1:-1]]
+            assert len(cells) in (6, 8, 10, 15), line  # the column counts of the report's tables

@@ -1,0 +1,1 @@
+"""``tprimat compare``: read result files only, group, aggregate with honest statistics, report."""

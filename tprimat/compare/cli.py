@@ -1,0 +1,87 @@
+"""``tprimat compare [RESULT_FILES_OR_DIRS...] [--platform ...] [--frameworks a,b] [--models a,b]
+[--methodology ...] [--aggregate median|olympic|mean] [--preflight FILE...] [--baseline DIR --fail-below 0.95]
+[--out DIR]``"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tprimat.compare import plots as plotting
+from tprimat.compare.gate import gate
+from tprimat.compare.groups import build_groups, ceilings_from, group_summary
+from tprimat.compare.load import load
+from tprimat.compare.report import write_report
+from tprimat.compare.speedups import speedups
+from tprimat.compare.stats import AGGREGATES
+from tprimat.compare.table import print_console, write_tables
+
+EXIT_REGRESSION = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", default=["outputs"], help="result files or directories (default: outputs)")
+    parser.add_argument("--platform", choices=["nvidia", "amd", "cpu"], action="append",
+                        help="keep only these platforms (repeatable)")
+    parser.add_argument("--frameworks", help="comma-separated frameworks to keep")
+    parser.add_argument("--models", help="comma-separated models to keep")
+    parser.add_argument("--methodology", choices=["maximum_performance", "identical_config"])
+    parser.add_argument("--aggregate", choices=AGGREGATES, default="median",
+                        help="across repeats: median (default), olympic (MLPerf), mean")
+    parser.add_argument("--preflight", nargs="*", default=[], help="tprimat preflight files (measured ceilings)")
+    parser.add_argument("--baseline", help="directory of baseline results for the regression gate")
+    parser.add_argument("--fail-below", type=float, default=0.95,
+                        help="gate threshold: current / baseline tokens/s/device (default 0.95)")
+    parser.add_argument("--out", help="write report.md, plots/*.png, table.csv (+ .parquet) here")
+
+
+def keep(result: dict, args: argparse.Namespace) -> bool:
+    spec = result["spec"]
+    if args.platform and spec["platform"]["name"] not in args.platform:
+        return False
+    if args.frameworks and spec["framework"]["name"] not in args.frameworks.split(","):
+        return False
+    if args.models and spec["model"]["name"] not in args.models.split(","):
+        return False
+    return not (args.methodology and spec["methodology"]["name"] != args.methodology)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = load(args.paths)
+    preflights = report.preflights + [json.loads(Path(p).read_text()) for p in args.preflight]
+    results = [r for r in report.results if keep(r.result, args)]
+    if not results:
+        print(f"no ok results under {' '.join(args.paths)} (after filters); skipped: {len(report.skipped)}",
+              file=sys.stderr)
+        return 1
+    groups = build_groups(results, args.aggregate, ceilings_from(preflights))
+    found = speedups(groups)
+    print_console(groups, found, report.skipped)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        pngs = plotting.all_plots(groups, out / "plots")
+        tables = write_tables(groups, out)
+        (out / "comparison.json").write_text(json.dumps(
+            {"groups": [group_summary(g) for g in groups], "speedups": [s.as_dict() for s in found]}, indent=2))
+        md = write_report(groups, found, report.skipped, pngs, out, args.aggregate)
+        print(f"wrote {md}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
+    if args.baseline:
+        return run_gate(groups, args)
+    return 0
+
+
+def run_gate(groups, args) -> int:
+    base = load([args.baseline])
+    baseline_groups = build_groups(base.results, args.aggregate)
+    passed, failed, unmatched = gate(groups, baseline_groups, args.fail_below)
+    for row in passed:
+        print(f"gate ok: {row.label}: {row.ratio:.3f} x baseline")
+    for label in unmatched:
+        print(f"gate: no baseline for {label}")
+    for row in failed:
+        print(f"REGRESSION: {row.label}: {row.current:,.1f} tokens/s/device is {row.ratio:.3f} x baseline "
+              f"{row.baseline:,.1f} (threshold {args.fail_below})")
+    return EXIT_REGRESSION if failed else 0

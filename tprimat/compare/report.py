@@ -1,0 +1,100 @@
+"""report.md: what a hardware buyer reads. Every estimate is labelled; every refusal says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tprimat.compare.groups import Group, group_summary, layout_of
+from tprimat.compare.speedups import Speedup
+from tprimat.compare.table import COLUMNS, cell, fmt
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    escape = lambda text: str(text).replace("|", "\\|")  # noqa: E731  (group labels contain pipes)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(escape(c) for c in r) + " |" for r in rows]
+
+
+def _audit(group: Group) -> str:
+    audits = [run.result.get("audit") for run in group.runs]
+    if not any(audits):
+        return "no audit (native run: the spec is what ran)"
+    return "passed" if all(a and a.get("passed") for a in audits) else "FAILED"
+
+
+def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str) -> list[str]:
+    lines = ["# tprimat comparison report", ""]
+    lines += ["## Summary", ""]
+    for s in found:
+        lines.append(f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}")
+    if not found:
+        lines.append("- no pair of groups shares a model and methodology: nothing to compare head to head")
+    for g in groups:
+        lines += [f"- FLAG {g.label}: {flag}" for flag in g.flags]
+    lines += ["", "## Hardware and software", ""]
+    rows = []
+    for g in groups:
+        env = g.first.get("environment") or {}
+        gpu, cpu = env.get("gpu") or {}, env.get("cpu") or {}
+        rows.append([g.label, str(gpu.get("name") or cpu.get("model") or "n/a"), str(gpu.get("count") or 0),
+                     str(gpu.get("driver") or "n/a"), str((env.get("packages") or {}).get("torch", "n/a")),
+                     f"{g.framework} {(g.first.get('framework') or {}).get('version', '')}"])
+    lines += _md_table(["group", "device", "GPUs", "driver", "torch", "framework"], rows)
+    lines += ["", "## Configuration", ""]
+    rows = []
+    for g in groups:
+        tr = g.spec["training"]
+        rows.append([g.label, g.methodology, layout_of(g.first), tr["precision"], str(tr["global_batch_size"]),
+                     str(tr["micro_batch_size"]), str(tr["seq_length"]), f"{tr['optimizer']['lr']:g}",
+                     tr["activation_checkpointing"], _audit(g)])
+    lines += _md_table(["group", "methodology", "layout", "precision", "GBS", "MBS", "seq", "lr", "recompute",
+                        "audit"], rows)
+    lines += ["", "## Performance", ""]
+    lines += _md_table([h for h, _ in COLUMNS], [[cell(g, k) for _, k in COLUMNS] for g in groups])
+    lines += ["", "## Memory and efficiency", ""]
+    rows = [[g.label, fmt(s["peak_memory_gib"]), fmt(s["memory_utilisation"], "memory_utilisation"),
+             fmt(s["tflops_per_device"]), fmt(s["mfu"], "mfu"), fmt(s["peak_tflops"]),
+             fmt(s["mfu_vs_measured"], "mfu_vs_measured"), fmt(s["measured_ceiling_tflops"])]
+            for g, s in ((g, group_summary(g)) for g in groups)]
+    lines += _md_table(["group", "peak mem GiB", "mem utilisation", "TFLOP/s/device", "MFU (spec peak)",
+                        "spec peak TFLOP/s", "MFU (measured ceiling)", "measured ceiling TFLOP/s"], rows)
+    lines += ["", "## Cost, energy and time to train", ""]
+    rows = [[g.label, fmt(s["price_per_device_hour_usd"]), fmt(s["usd_per_1t_tokens"]), fmt(s["tokens_per_usd"]),
+             fmt(s["energy_kwh_per_1m_tokens"]) + (" (ESTIMATE)" if s["energy_is_estimate"] else ""),
+             s["energy_source"], fmt(s["days_to_train_1t"]), fmt(s["days_to_train_15t"])]
+            for g, s in ((g, group_summary(g)) for g in groups)]
+    lines += _md_table(["group", "$/device-hour", "$ per 1T tokens", "tokens per $", "kWh per 1M tokens",
+                        "energy source", "days to 1T tokens", "days to 15T tokens"], rows)
+    lines += ["", "Prices: " + "; ".join(sorted({g.metrics['price_source'] for g in groups})) + ".", ""]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in plots] + [""]
+    lines += methodology_notes(groups, aggregate)
+    if skipped:
+        lines += ["", "## Skipped inputs", ""] + [f"- {p}: {why}" for p, why in skipped]
+    return lines
+
+
+def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
+    conventions = sorted({str(g.metrics.get("flops_convention")) for g in groups})
+    warmups = sorted({g.spec["benchmark"]["warmup_steps"] for g in groups})
+    return ["## Methodology", "",
+            f"- Warm-up: the first {', '.join(map(str, warmups))} step(s) of every repeat are recorded but never "
+            "enter any average.",
+            f"- Repeats: {sum(g.metrics['repeats'] for g in groups)} repeat(s) over {len(groups)} group(s); a group's "
+            f"throughput is the {aggregate} over repeats of total tokens / total time (rates are never averaged "
+            "arithmetically).",
+            "- Confidence intervals: 95% percentile bootstrap (2,000 resamples) over measured steps; a speedup "
+            "whose interval contains 1 is reported as not significant.",
+            f"- FLOPs convention(s): {', '.join(conventions)} (Megatron-LM model FLOPs, causal attention halved, "
+            "recompute not counted).",
+            "- MFU: against the dense spec-sheet peak for the training precision (none under fp8 or for unknown "
+            "devices); a second MFU against a measured matmul ceiling when `tprimat preflight` results are given.",
+            "- Energy: measured from telemetry when the result carries it, else TDP x devices x time, labelled "
+            "ESTIMATE.",
+            "- Physical check: a TFLOP/s per device above the device's dense peak is flagged IMPOSSIBLE."]
+
+
+def write_report(groups, found, skipped, plots, out: Path, aggregate: str) -> Path:
+    path = out / "report.md"
+    path.write_text("\n".join(sections(groups, found, skipped, plots, aggregate)) + "\n")
+    return path

@@ -1,0 +1,90 @@
+"""The comparison table: rich on the console, CSV (and Parquet when pyarrow is installed) on disk."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Optional
+
+from tprimat.compare.groups import Group, group_summary
+from tprimat.compare.speedups import Speedup
+
+COLUMNS = [  # (header, key in group_summary)
+    ("model", "model"), ("framework", "framework"), ("device", "device"), ("devices", "world_size"),
+    ("methodology", "methodology"), ("layout", "layout"), ("precision", "precision"),
+    ("tokens/s/device", "tokens_per_s_per_device"), ("step time s (median)", "step_time_s_median"),
+    ("step time IQR s", "step_time_s_iqr"), ("TFLOP/s/device", "tflops_per_device"), ("MFU", "mfu"),
+    ("peak mem GiB", "peak_memory_gib"), ("$ per 1T tokens", "usd_per_1t_tokens"),
+    ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"),
+]
+
+
+def fmt(value, key: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        if key in ("mfu", "mfu_vs_measured", "memory_utilisation"):
+            return f"{value:.1%}"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def cell(group: Group, key: str) -> str:
+    s = group_summary(group)
+    text = fmt(s[key], key)
+    if key == "tokens_per_s_per_device":
+        lo, hi = group.metrics["tokens_per_s_per_device_ci"]
+        text += f" [{fmt(lo)}-{fmt(hi)}]"
+    if key == "energy_kwh_per_1m_tokens" and group.metrics.get("energy_is_estimate") and s[key] is not None:
+        text += " (est.)"
+    if key == "tflops_per_device" and group.flags and any(f.startswith("IMPOSSIBLE") for f in group.flags):
+        text += " IMPOSSIBLE"
+    return text
+
+
+def print_console(groups: list[Group], found: list[Speedup], skipped: list, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=200)
+    table = Table(title="tprimat compare: measured steps only (warm-up excluded); [..] = 95% bootstrap CI")
+    for header, _ in COLUMNS:
+        table.add_column(header, overflow="fold")
+    for group in groups:
+        table.add_row(*[cell(group, key) for _, key in COLUMNS])
+    console.print(table)
+    for group in groups:
+        for flag in group.flags:
+            console.print(f"[bold red]flag[/] {group.label}: {flag}")
+    for s in found:
+        console.print(f"{s.kind} speedup, {s.other.label} vs {s.baseline.label}: {s.wording()}")
+        for note in s.notes:
+            console.print(f"  note: {note}")
+    for path, why in skipped:
+        console.print(f"skipped {path}: {why}")
+
+
+def write_tables(groups: list[Group], out: Path) -> list[Path]:
+    rows = [group_summary(g) for g in groups]
+    keys = list(rows[0]) if rows else []
+    paths = [out / "table.csv"]
+    with open(paths[0], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()})
+    parquet = write_parquet(rows, out / "table.parquet")
+    return paths + ([parquet] if parquet else [])
+
+
+def write_parquet(rows: list[dict], path: Path) -> Optional[Path]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    flat = [{k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+    pq.write_table(pa.Table.from_pylist(flat), path)
+    return path
