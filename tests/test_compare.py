@@ -258,3 +258,19 @@ def test_report_tables_keep_their_columns(real, tmp_path):
         if line.startswith("| ") and "---" not in line:
             cells = [c for c in __import__("re").split(r"(?<!\\)\|", line)[1:-1]]
             assert len(cells) in (6, 8, 10, 15), line  # the column counts of the report's tables
+
+
+def test_parquet_table_matches_csv(real, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    root, *_ = real
+    assert compare(root, "--out", tmp_path).returncode == 0
+    table = pq.read_table(tmp_path / "table.parquet").to_pylist()
+    assert len(table) == 2 and all(row["tokens_per_s_per_device"] > 0 for row in table)
+
+
+def test_results_of_different_schema_versions_are_not_compared(real):
+    _, a, _, _ = real
+    future = copy.deepcopy(derived(a, platform="nvidia", gpu="h100"))
+    future["schema_version"] = "2.0"
+    [s] = speedups(groups_of(a, future))
+    assert s.refused and "schema versions differ" in s.refused
