@@ -63,9 +63,17 @@ def test_dry_run_plan_section(tmp_path):
     assert plan["tokens_per_step"] == 128 * 8192
     assert plan["flops_per_token"] / 1e9 == pytest.approx(51.47, abs=0.01)
     assert plan["flops_convention"] == "megatron"
-    # Dry runs plan what the backend would run and say what it cannot run yet, without failing.
-    assert "single process" in plan["backend_problems"][0]
+    assert plan["backend_problems"] == [] and "8 process(es)" in plan["backend_description"]
     assert out.result["steps"] == [] and out.result["summary"] is None
+
+
+def test_dry_run_reports_what_the_backend_cannot_run_without_failing(tmp_path):
+    out = run_inprocess(tmp_path, ["platform=nvidia", "platform.gpu=h100", "model=llama", "parallelism.cp=2",
+                                   "dry_run=true"])
+    assert out.status == "dry_run"
+    assert any("parallelism.cp=2" in p and "context parallelism" in p for p in out.result["plan"]["backend_problems"])
+    real = run_inprocess(tmp_path / "real", ["platform=cpu", "platform.devices_per_node=2", "parallelism.cp=2"])
+    assert real.status == "invalid" and "context parallelism" in real.result["error"]
 
 
 def test_auto_platform_resolves_to_detected_hardware():

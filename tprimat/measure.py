@@ -46,19 +46,22 @@ class MemoryProbe:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self._process = psutil.Process()
+        self._seen_gib = 0.0  # the kernel's high-water mark can lag the counters /proc reports
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
 
     def current_gib(self) -> float:
         if self.cuda:
             return torch.cuda.memory_allocated() / GIB
-        return self._process.memory_info().rss / GIB
+        rss = self._process.memory_info().rss / GIB
+        self._seen_gib = max(self._seen_gib, rss)
+        return rss
 
     def peak_gib(self) -> float:
         if self.cuda:
             return torch.cuda.max_memory_allocated() / GIB
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-        return peak_kib / (GIB if sys.platform == "darwin" else 2**20)
+        return max(peak_kib / (GIB if sys.platform == "darwin" else 2**20), self._seen_gib)
 
 
 StepFn = Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]

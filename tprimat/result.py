@@ -50,6 +50,7 @@ def make_result(*, run_id: str, status: str, spec: Optional[dict], plan: Optiona
         "summary": summary,
         "warnings": warnings or [],
         "wandb": wandb,
+        "ranks": None,
     }
 
 
@@ -79,11 +80,16 @@ def finite(value):
 
 
 def write_result(result: dict, directory: Path) -> Path:
-    """Write ``result.json`` atomically (temp file in the same directory, fsync, rename)."""
-    result = finite(result)
+    """Write ``result.json`` atomically."""
+    return atomic_write_json(result, Path(directory) / RESULT_FILE)
+
+
+def atomic_write_json(data, target: Path) -> Path:
+    """Temp file in the same directory, fsync, rename: readers never see a partial file."""
+    result = finite(data)
+    directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / RESULT_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".json", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(result, f, indent=2, allow_nan=False)

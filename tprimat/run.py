@@ -18,10 +18,12 @@ from tprimat import backends, environment
 from tprimat.config.schema import TprimatConf
 from tprimat.config.spec import SpecError, build_spec, spec_to_dict
 from tprimat.detect import detect
+from tprimat.distributed import rank_env, rank_summary, run_on_this_rank
 from tprimat.metrics import summarize
 from tprimat.plan import Plan, make_plan
 from tprimat.records import StepRecord
 from tprimat.result import make_result, new_run_id, write_result
+from tprimat.spawn import spawn_local
 from tprimat.validate import validate
 
 log = logging.getLogger("tprimat")
@@ -69,28 +71,38 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
 
 
 def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Path, common: dict) -> Outcome:
-    from tprimat.sinks.wandb_sink import WandbSink
-
-    records: list[StepRecord] = []
+    env = rank_env() if plan.world_size > 1 else None
+    if plan.world_size > 1 and env is None and spec.platform.nodes > 1:
+        return _invalid([f"platform.nodes={spec.platform.nodes}: start one process per rank with torchrun or "
+                         "Slurm (srun); tprimat launches the ranks of one node itself"], run_dir, common,
+                        common["spec"], plan_dict)
+    if env is not None and env.world_size != plan.world_size:
+        return _invalid([f"platform.devices_per_node * platform.nodes = {plan.world_size}, but {env.source} started "
+                         f"{env.world_size} ranks: they must match"], run_dir, common, common["spec"], plan_dict)
+    is_writer = env is None or env.rank == 0
+    sink = _wandb_sink(spec, run_dir, common) if is_writer else None
     warnings = list(plan.warnings)
-    sink = None
-    if spec.logging.wandb.mode != "disabled":
-        sink = WandbSink(spec.logging.wandb, run_dir, common["run_id"], spec.run_name or common["run_id"],
-                         common["spec"], spec.training.max_steps)
 
     def on_step(record: StepRecord) -> None:
-        records.append(record)
         if sink:
             sink.on_step(record)
-        if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
-            log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | "
-                     "%.0f tokens/s%s", record.repeat, record.step, spec.training.max_steps, record.loss,
-                     record.lr, record.grad_norm, record.step_time_s, record.tokens / record.step_time_s,
-                     " (warm-up)" if record.warmup else "")
+        _log_step(spec, record)
 
     status, error, exit_code = "ok", None, EXIT_OK
+    records: list[StepRecord] = []
+    ranks = None
     try:
-        backend.run(spec, plan, on_step)
+        if plan.world_size == 1:
+            backend.run(spec, plan, lambda r: (records.append(r), on_step(r)))
+        else:
+            ranked = _run_ranks(spec, plan, backend, run_dir, common, env, on_step)
+            if ranked is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
+                return Outcome("ok", EXIT_OK, None, {})
+            records = ranked.steps
+            ranks = rank_summary(ranked.steps, ranked.rank_step_times)
+            if env is None and sink:  # ranks ran in child processes: log their records to W&B now
+                for record in records:
+                    sink.on_step(record)
     except Exception as exc:  # a run that breaks after validation is a result too
         status, exit_code = "failed", EXIT_FAILED
         error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
@@ -104,12 +116,38 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
     wandb_info = sink.finish(status, summary) if sink else None
     result = make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
                          summary=summary, warnings=warnings, wandb=wandb_info, **common)
+    result["ranks"] = ranks
     if summary:
         log.info("%s on %s: %.0f tokens/s/device, median step %.3f s, %.3f TFLOP/s/device, MFU %s, peak memory "
                  "%.2f GiB", spec.model.name, spec.platform.gpu or spec.platform.name,
                  summary["tokens_per_s_per_device"], summary["step_time_s"]["median"], summary["tflops_per_device"],
                  "n/a" if summary["mfu"] is None else f"{summary['mfu']:.1%}", summary["peak_memory_gib"] or 0)
     return _finish(result, run_dir, exit_code)
+
+
+def _run_ranks(spec, plan, backend, run_dir, common, env, on_step):
+    """Several ranks: this process is one of them (torchrun / Slurm), or it starts them on this node."""
+    if env is not None:
+        device_type = "cpu" if spec.platform.name == "cpu" else "cuda"
+        return run_on_this_rank(lambda cb: backend.run(spec, plan, cb), env, device_type, on_step=on_step)
+    log.info("launching %d local ranks", plan.world_size)
+    return spawn_local(common["spec"], run_dir, plan.world_size)
+
+
+def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):
+    if spec.logging.wandb.mode == "disabled":
+        return None
+    from tprimat.sinks.wandb_sink import WandbSink
+
+    return WandbSink(spec.logging.wandb, run_dir, common["run_id"], spec.run_name or common["run_id"],
+                     common["spec"], spec.training.max_steps)
+
+
+def _log_step(spec: TprimatConf, record: StepRecord) -> None:
+    if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
+        log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | %.0f tokens/s%s",
+                 record.repeat, record.step, spec.training.max_steps, record.loss, record.lr, record.grad_norm,
+                 record.step_time_s, record.tokens / record.step_time_s, " (warm-up)" if record.warmup else "")
 
 
 def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict],

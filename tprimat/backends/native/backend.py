@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from tprimat.backends.base import StepSink
@@ -25,13 +27,24 @@ class NativeBackend:
                 f"{spec.training.seq_length} tokens per step; {plan.world_size} process(es) on {device}")
 
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
-        problems = []
-        if plan.world_size > 1:
-            problems.append(f"platform.devices_per_node * platform.nodes = {plan.world_size}: framework=native "
-                            "runs a single process in this version (multi-process launch is not built yet)")
-        if spec.training.precision == "fp8":
-            problems.append("training.precision=fp8: framework=native has no fp8 path yet (torchao float8 "
-                            "is not built yet); use bf16")
+        par, problems = spec.parallelism, []
+        if plan.cp > 1:
+            problems.append(f"parallelism.cp={plan.cp}: framework=native has no context parallelism; use cp=1")
+        if par.zero_stage:
+            problems.append(f"parallelism.zero_stage={par.zero_stage}: framework=native shards with "
+                            "parallelism.fsdp=true (ZeRO stages are for framework=deepspeed)")
+        if plan.dp > 1 and (plan.tp > 1 or plan.pp > 1) and not par.fsdp:
+            problems.append(f"parallelism.dp={plan.dp} with tp={plan.tp}, pp={plan.pp}: combine data parallelism "
+                            "with tensor or pipeline parallelism through parallelism.fsdp=true (FSDP2 on a 2-D mesh)")
+        if plan.pp > 1 and spec.model.tie_embeddings:
+            problems.append(f"parallelism.pp={plan.pp}, model.tie_embeddings=true: tied input/output embeddings "
+                            "cannot be split across pipeline stages")
+        if plan.pp > 1 and plan.grad_accum_steps < plan.pp:
+            problems.append(f"parallelism.pp={plan.pp}, grad_accum_steps={plan.grad_accum_steps}: a pipeline needs at "
+                            "least pp micro batches per step (raise global_batch_size or lower micro_batch_size)")
+        if spec.training.precision == "fp8" and importlib.util.find_spec("torchao") is None:
+            problems.append("training.precision=fp8: framework=native trains fp8 through torchao float8, which is "
+                            "not installed (pip install torchao)")
         return problems
 
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> None:

@@ -106,7 +106,8 @@ class Decoder(nn.Module):
         self.cfg = cfg
         head_dim = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Block(cfg, head_dim) for _ in range(cfg.num_layers))
+        # A dict keyed by layer index keeps parameter names stable when pipeline stages drop layers.
+        self.layers = nn.ModuleDict({str(i): Block(cfg, head_dim) for i in range(cfg.num_layers)})
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.output = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -125,8 +126,12 @@ class Decoder(nn.Module):
                     nn.init.zeros_(module.bias)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids -> logits. A pipeline stage without embeddings takes hidden states instead, and one
+        without the output head returns hidden states (parallelize.py removes those modules)."""
         cos, sin = rope_cache(self.inv_freq, tokens.shape[1])
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers:
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for layer in self.layers.values():
             h = layer(h, cos, sin)
+        if self.output is None:
+            return h
         return self.output(self.norm(h))

@@ -1,18 +1,19 @@
-"""One native training run: build model and optimizer, then optimizer steps of gradient-accumulated micro batches."""
+"""One native training run on this rank: build and lay out the model, then optimizer steps of
+gradient-accumulated micro batches (or pipeline schedules of them)."""
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from tprimat.backends.native.data import SyntheticTokens
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.optim import build_optimizer, lr_at, set_lr
-from tprimat.backends.native.parallelize import apply_activation_checkpointing, apply_compile
+from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_layout, parallelize, uses_autocast
 from tprimat.config.schema import TprimatConf
 from tprimat.plan import Plan
 
@@ -23,52 +24,95 @@ def pick_device(spec: TprimatConf) -> torch.device:
     return torch.device("cpu")
 
 
-def autocast(spec: TprimatConf, device: torch.device):
-    if spec.training.precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@dataclass
 class NativeTrainer:
-    spec: TprimatConf
-    plan: Plan
-    device: torch.device
+    def __init__(self, spec: TprimatConf, plan: Plan, device: torch.device, layout: Layout | None = None):
+        self.spec, self.plan, self.device = spec, plan, device
+        self.layout = layout or make_layout(plan, device)
+        tr = spec.training
+        torch.manual_seed(tr.seed)  # every rank builds the same full model, then keeps its shard
+        with torch.device(device):
+            model = Decoder(spec.model)
+        self.model: nn.Module = parallelize(model, spec, self.layout, device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.model, tr)
+        self.data = SyntheticTokens(spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
+        self.autocast = uses_autocast(spec, self.layout)
+        self.schedule = self._pipeline_schedule() if self.layout.pp > 1 else None
 
-    def __post_init__(self) -> None:
-        tr = self.spec.training
-        torch.manual_seed(tr.seed)
-        with torch.device(self.device):
-            model = Decoder(self.spec.model)
-        apply_activation_checkpointing(model, tr.activation_checkpointing)
-        if tr.compile:
-            apply_compile(model)
-        self.model: nn.Module = model
-        self.optimizer = build_optimizer(model, tr)
-        self.data = SyntheticTokens(self.spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
-        self.vocab_size = self.spec.model.vocab_size
+    def _precision(self):
+        if self.autocast:
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
-    def micro_loss(self, step: int, micro: int) -> torch.Tensor:
-        mbs, dp_rank = self.spec.training.micro_batch_size, 0
-        inputs, targets = self.data.rows(step, micro * mbs * self.plan.dp + dp_rank * mbs, mbs)
-        inputs = inputs.to(self.device, non_blocking=True)
-        targets = targets.to(self.device, non_blocking=True)
-        with autocast(self.spec, self.device):
-            logits = self.model(inputs)
-        return F.cross_entropy(logits.float().view(-1, self.vocab_size), targets.reshape(-1))
+    @staticmethod
+    def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean token cross-entropy of one micro batch (pipeline schedules scale it by 1/micro batches)."""
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """One optimizer step (0-based index); returns (mean loss, pre-clip grad norm, lr) as device tensors."""
-        lr = lr_at(step, self.spec.training)
-        set_lr(self.optimizer, lr)
-        accum = self.plan.grad_accum_steps
+    def _loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Scaled by 1/accumulation steps so that accumulated gradients are a mean over the global batch."""
+        return self._cross_entropy(logits, targets) / self.plan.grad_accum_steps
+
+    def _pipeline_schedule(self):
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        stage = PipelineStage(self.model, self.layout.pp_rank, self.layout.pp, self.device,
+                              group=self.layout.group("pp"))
+        schedule = ScheduleGPipe if self.spec.parallelism.pp_schedule == "gpipe" else Schedule1F1B
+        return schedule(stage, n_microbatches=self.plan.grad_accum_steps, loss_fn=self._cross_entropy)
+
+    def _rows(self, step: int, micro: int):
+        mbs = self.spec.training.micro_batch_size
+        first = micro * mbs * self.plan.dp + self.layout.dp_rank * mbs
+        inputs, targets = self.data.rows(step, first, mbs)
+        return inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+
+    def _accumulate(self, step: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
+        accum = self.plan.grad_accum_steps
         for micro in range(accum):
-            loss = self.micro_loss(step, micro) / accum
+            self._set_grad_sync(micro == accum - 1)
+            inputs, targets = self._rows(step, micro)
+            with self._precision():
+                logits = self.model(inputs)
+            loss = self._loss(logits, targets)
             loss.backward()
             total += loss.detach()
-        clip = self.spec.training.optimizer.grad_clip
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else float("inf"))
+        return total
+
+    def _set_grad_sync(self, sync: bool) -> None:
+        """Reduce gradients across data-parallel ranks only after the last micro batch."""
+        if hasattr(self.model, "set_requires_gradient_sync"):  # FSDP2
+            self.model.set_requires_gradient_sync(sync)
+        elif hasattr(self.model, "require_backward_grad_sync"):  # DDP
+            self.model.require_backward_grad_sync = sync
+
+    def _pipeline(self, step: int) -> torch.Tensor:
+        micro = [self._rows(step, m) for m in range(self.plan.grad_accum_steps)]
+        inputs = torch.cat([x for x, _ in micro])
+        targets = torch.cat([y for _, y in micro])
+        losses: list[torch.Tensor] = []
+        with self._precision():
+            if self.layout.first_stage:
+                self.schedule.step(inputs)
+            elif self.layout.last_stage:
+                self.schedule.step(target=targets, losses=losses)
+            else:
+                self.schedule.step()
+        total = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=self.device)
+        dist.all_reduce(total, group=self.layout.group("pp"))  # only the last stage holds the loss
+        return total
+
+    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
+        lr = lr_at(step, self.spec.training)
+        set_lr(self.optimizer, lr)
+        loss = self._pipeline(step) if self.schedule else self._accumulate(step)
+        if self.layout.dp > 1:
+            dist.all_reduce(loss, group=self.layout.group("dp"))
+            loss = loss / self.layout.dp
+        grad_norm = clip_grad_norm(self.params, self.spec.training.optimizer.grad_clip,
+                                   self.layout.group("pp") if self.layout.pp > 1 else None)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return total, grad_norm, lr
+        return loss, grad_norm, lr

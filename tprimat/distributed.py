@@ -1,0 +1,84 @@
+"""Multi-process runs: rank environment (torchrun, Slurm, or tprimat's own local launch), process-group
+set-up, and the gather of every rank's step times so a result shows the slowest rank and the spread."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from tprimat.records import StepRecord
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    local_rank: int
+    world_size: int
+    source: str  # torchrun | slurm | tprimat
+
+
+def rank_env() -> Optional[RankEnv]:
+    """This process's rank when something already started one process per rank, else None."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        source = env.get("TPRIMAT_LAUNCHER", "torchrun")
+        return RankEnv(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), source)
+    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
+        return RankEnv(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]), "slurm")
+    return None
+
+
+def init_process_group(env: RankEnv, device_type: str) -> None:
+    if device_type == "cuda":
+        torch.cuda.set_device(env.local_rank)
+    elif env.source == "tprimat":  # local ranks: keep gloo on loopback
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    init_method = os.environ.get("TPRIMAT_INIT_METHOD", "env://")
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,
+                            rank=env.rank, world_size=env.world_size)
+
+
+@dataclass(frozen=True)
+class RankedRun:
+    steps: list[StepRecord]  # rank 0's records, step_time_s = the slowest rank's time for that step
+    rank_step_times: list[list[float]]  # [rank][step index]
+
+
+def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: RankEnv, device_type: str,
+                     on_step: Optional[Callable[[StepRecord], None]] = None) -> Optional[RankedRun]:
+    """Train on this rank through ``run(on_step)``; rank 0 returns every rank's timings, others None."""
+    init_process_group(env, device_type)
+    records: list[StepRecord] = []
+
+    def collect(record: StepRecord) -> None:
+        records.append(record)
+        if on_step and env.rank == 0:
+            on_step(record)
+
+    try:
+        run(collect)
+        gathered: list = [None] * env.world_size
+        dist.all_gather_object(gathered, [r.step_time_s for r in records])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if env.rank != 0:
+        return None
+    slowest = [max(times) for times in zip(*gathered)]
+    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], gathered)
+
+
+def rank_summary(steps: list[StepRecord], rank_step_times: list[list[float]]) -> dict:
+    """Per-rank median over measured steps, the slowest rank, and the spread (slowest / fastest - 1)."""
+    measured = [i for i, r in enumerate(steps) if not r.warmup]
+    medians = [statistics.median(times[i] for i in measured) for times in rank_step_times]
+    slowest = max(range(len(medians)), key=medians.__getitem__)
+    return {"world_size": len(rank_step_times),
+            "per_rank": [{"rank": r, "step_time_s_median": m} for r, m in enumerate(medians)],
+            "slowest_rank": slowest, "spread": max(medians) / min(medians) - 1}
