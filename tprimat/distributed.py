@@ -48,6 +48,7 @@ def init_process_group(env: RankEnv, device_type: str) -> None:
 class RankedRun:
     steps: list[StepRecord]  # rank 0's records, step_time_s = the slowest rank's time for that step
     rank_step_times: list[list[float]]  # [rank][step index]
+    rank_losses: list[list[float]]  # [rank][step index]: the loss each rank reported
 
 
 def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: RankEnv, device_type: str,
@@ -64,21 +65,25 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: R
     try:
         run(collect)
         gathered: list = [None] * env.world_size
-        dist.all_gather_object(gathered, [r.step_time_s for r in records])
+        dist.all_gather_object(gathered, [(r.step_time_s, r.loss) for r in records])
         dist.barrier()
     finally:
         dist.destroy_process_group()
     if env.rank != 0:
         return None
-    slowest = [max(times) for times in zip(*gathered)]
-    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], gathered)
+    times = [[t for t, _ in rank] for rank in gathered]
+    losses = [[loss for _, loss in rank] for rank in gathered]
+    slowest = [max(step) for step in zip(*times)]
+    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses)
 
 
-def rank_summary(steps: list[StepRecord], rank_step_times: list[list[float]]) -> dict:
-    """Per-rank median over measured steps, the slowest rank, and the spread (slowest / fastest - 1)."""
-    measured = [i for i, r in enumerate(steps) if not r.warmup]
-    medians = [statistics.median(times[i] for i in measured) for times in rank_step_times]
+def rank_summary(run: RankedRun) -> dict:
+    """Per-rank median over measured steps, the slowest rank, the spread (slowest / fastest - 1), and how far
+    the ranks' reported losses are apart (0 when every rank saw the same global loss)."""
+    measured = [i for i, r in enumerate(run.steps) if not r.warmup]
+    medians = [statistics.median(times[i] for i in measured) for times in run.rank_step_times]
     slowest = max(range(len(medians)), key=medians.__getitem__)
-    return {"world_size": len(rank_step_times),
+    loss_gap = max((max(step) - min(step) for step in zip(*run.rank_losses)), default=0.0)
+    return {"world_size": len(run.rank_step_times),
             "per_rank": [{"rank": r, "step_time_s_median": m} for r, m in enumerate(medians)],
-            "slowest_rank": slowest, "spread": max(medians) / min(medians) - 1}
+            "slowest_rank": slowest, "spread": max(medians) / min(medians) - 1, "loss_max_abs_diff": loss_gap}

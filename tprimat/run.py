@@ -99,7 +99,7 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
             if ranked is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
                 return Outcome("ok", EXIT_OK, None, {})
             records = ranked.steps
-            ranks = rank_summary(ranked.steps, ranked.rank_step_times)
+            ranks = rank_summary(ranked)
             if env is None and sink:  # ranks ran in child processes: log their records to W&B now
                 for record in records:
                     sink.on_step(record)

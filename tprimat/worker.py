@@ -37,8 +37,8 @@ def main(launch_file: str) -> int:
     ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step), env,
                               "cpu" if spec.platform.name == "cpu" else "cuda", on_step=show)
     if ranked is not None:
-        atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times},
-                          Path(os.environ["TPRIMAT_RANK_OUTPUT"]) / "records.json")
+        atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
+                           "rank_losses": ranked.rank_losses}, Path(os.environ["TPRIMAT_RANK_OUTPUT"]) / "records.json")
     return 0
 
 
