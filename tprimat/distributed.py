@@ -49,9 +49,10 @@ class RankedRun:
     steps: list[StepRecord]  # rank 0's records, step_time_s = the slowest rank's time for that step
     rank_step_times: list[list[float]]  # [rank][step index]
     rank_losses: list[list[float]]  # [rank][step index]: the loss each rank reported
+    effective: dict  # settings the framework actually used, read back by the backend
 
 
-def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: RankEnv, device_type: str,
+def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], dict], env: RankEnv, device_type: str,
                      on_step: Optional[Callable[[StepRecord], None]] = None) -> Optional[RankedRun]:
     """Train on this rank through ``run(on_step)``; rank 0 returns every rank's timings, others None."""
     init_process_group(env, device_type)
@@ -63,7 +64,7 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: R
             on_step(record)
 
     try:
-        run(collect)
+        effective = run(collect) or {}
         gathered: list = [None] * env.world_size
         dist.all_gather_object(gathered, [(r.step_time_s, r.loss) for r in records])
         dist.barrier()
@@ -74,7 +75,7 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], None], env: R
     times = [[t for t, _ in rank] for rank in gathered]
     losses = [[loss for _, loss in rank] for rank in gathered]
     slowest = [max(step) for step in zip(*times)]
-    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses)
+    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses, effective)
 
 
 def rank_summary(run: RankedRun) -> dict:

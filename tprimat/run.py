@@ -90,15 +90,15 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
 
     status, error, exit_code = "ok", None, EXIT_OK
     records: list[StepRecord] = []
-    ranks = None
+    ranks, effective = None, {}
     try:
         if plan.world_size == 1:
-            backend.run(spec, plan, lambda r: (records.append(r), on_step(r)))
+            effective = backend.run(spec, plan, lambda r: (records.append(r), on_step(r))) or {}
         else:
             ranked = _run_ranks(spec, plan, backend, run_dir, common, env, on_step)
             if ranked is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
                 return Outcome("ok", EXIT_OK, None, {})
-            records = ranked.steps
+            records, effective = ranked.steps, ranked.effective
             ranks = rank_summary(ranked)
             if env is None and sink:  # ranks ran in child processes: log their records to W&B now
                 for record in records:
@@ -117,6 +117,8 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
     result = make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
                          summary=summary, warnings=warnings, wandb=wandb_info, **common)
     result["ranks"] = ranks
+    if result["framework"] is not None:
+        result["framework"]["effective"] = effective
     if summary:
         log.info("%s on %s: %.0f tokens/s/device, median step %.3f s, %.3f TFLOP/s/device, MFU %s, peak memory "
                  "%.2f GiB", spec.model.name, spec.platform.gpu or spec.platform.name,

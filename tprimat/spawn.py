@@ -60,7 +60,8 @@ def spawn_local(spec: dict, run_dir: Path, nprocs: int, timeout_s: float | None 
         procs.append(proc), tails.append(tail), threads.append(thread)
     _wait(procs, tails, threads, timeout_s)
     data = json.loads((work / RECORDS).read_text())
-    return RankedRun([StepRecord(**s) for s in data["steps"]], data["rank_step_times"], data["rank_losses"])
+    return RankedRun([StepRecord(**s) for s in data["steps"]], data["rank_step_times"], data["rank_losses"],
+                     data["effective"])
 
 
 def _wait(procs: list, tails: list, threads: list, timeout_s: float | None) -> None:

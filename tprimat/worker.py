@@ -38,7 +38,7 @@ def main(launch_file: str) -> int:
                               "cpu" if spec.platform.name == "cpu" else "cuda", on_step=show)
     if ranked is not None:
         atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
-                           "rank_losses": ranked.rank_losses}, Path(os.environ["TPRIMAT_RANK_OUTPUT"]) / "records.json")
+                           "rank_losses": ranked.rank_losses, "effective": ranked.effective}, Path(os.environ["TPRIMAT_RANK_OUTPUT"]) / "records.json")
     return 0
 
 

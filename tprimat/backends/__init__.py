@@ -35,8 +35,9 @@ def register(info: BackendInfo) -> None:
 
 register(BackendInfo("native", "tprimat.backends.native.backend",
                      "plain PyTorch decoder and training loop (CPU, CUDA, ROCm)"))
+register(BackendInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
+                     "transformers"))
 for _name, _desc, _extra in (
-    ("transformers", "Hugging Face Transformers Trainer", "transformers"),
     ("deepspeed", "DeepSpeed ZeRO 1-3", "deepspeed"),
     ("megatron", "Megatron-LM pretrain_gpt.py under torchrun", "megatron"),
     ("primus", "AMD Primus experiment YAML + run_pretrain.sh", ""),

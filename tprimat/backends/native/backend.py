@@ -47,13 +47,13 @@ class NativeBackend:
                             "not installed (pip install torchao)")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> None:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
         device = pick_device(spec)
         for repeat in range(spec.benchmark.repeats):
             trainer = NativeTrainer(spec, plan, device)
             run_measured(trainer.step, spec.training.max_steps, plan.tokens_per_step,
                          spec.benchmark.warmup_steps, repeat, device, on_step)
-            del trainer
+        return trainer.effective_settings()
 
 
 BACKEND = NativeBackend()

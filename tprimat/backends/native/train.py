@@ -103,6 +103,17 @@ class NativeTrainer:
         dist.all_reduce(total, group=self.layout.group("pp"))  # only the last stage holds the loss
         return total
 
+    def effective_settings(self) -> dict:
+        """What this trainer actually runs, read back from its optimizer and layout."""
+        groups = self.optimizer.param_groups
+        return {"optimizer": type(self.optimizer).__name__, "betas": list(groups[0]["betas"]), "eps": groups[0]["eps"],
+                "weight_decay": max(g["weight_decay"] for g in groups), "grad_clip": self.spec.training.optimizer.grad_clip,
+                "micro_batch_size": self.spec.training.micro_batch_size, "grad_accum_steps": self.plan.grad_accum_steps,
+                "lr_schedule": "tprimat warmup_cosine", "precision": self.spec.training.precision,
+                "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
+                           "fsdp": bool(self.spec.parallelism.fsdp and self.layout.mesh is not None),
+                           "ddp": type(self.model).__name__ == "DistributedDataParallel"}}
+
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
         lr = lr_at(step, self.spec.training)

@@ -1,0 +1,135 @@
+"""Framework ``transformers``: the HF Trainer on the same synthetic data, optimizer and schedule as every
+other backend (tprimat's AdamW and warm-up + cosine schedule are handed to the Trainer), with a callback that
+turns each optimizer step into tprimat's step record. Data parallelism through the same launch path."""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+
+from tprimat.backends.base import StepSink
+from tprimat.backends.native.data import SyntheticTokens
+from tprimat.backends.native.optim import build_optimizer, lr_at, set_lr
+from tprimat.config.schema import TprimatConf
+from tprimat.measure import MemoryProbe, StepClock
+from tprimat.plan import Plan
+from tprimat.records import StepRecord
+
+
+class SyntheticDataset(torch.utils.data.Dataset):
+    """Item i is row i % gbs of step i // gbs's global batch: consumed in order, every step sees the same
+    global batch as the native backend."""
+
+    def __init__(self, spec: TprimatConf, steps: int):
+        tr = spec.training
+        self.data = SyntheticTokens(spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
+        self.gbs, self.steps = tr.global_batch_size, steps
+
+    def __len__(self) -> int:
+        return self.gbs * self.steps
+
+    def __getitem__(self, i: int) -> dict:
+        inputs, _ = self.data.rows(i // self.gbs, i % self.gbs, 1)
+        return {"input_ids": inputs[0], "labels": inputs[0].clone()}  # the model shifts labels itself
+
+
+def effective_settings(optimizer, args, scheduler_name: str) -> dict:
+    group = optimizer.param_groups[0]
+    return {"optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__, "betas": list(group["betas"]),
+            "eps": group["eps"], "weight_decay": max(g["weight_decay"] for g in optimizer.param_groups),
+            "grad_clip": args.max_grad_norm, "micro_batch_size": args.per_device_train_batch_size,
+            "grad_accum_steps": args.gradient_accumulation_steps, "lr_schedule": scheduler_name,
+            "precision": "bf16" if args.bf16 else "fp32"}
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    def version(self) -> str:
+        import transformers
+
+        return f"transformers {transformers.__version__}, torch {torch.__version__}"
+
+    def describe(self, spec: TprimatConf, plan: Plan) -> str:
+        from tprimat.backends.hf.model import CLASSES
+
+        return (f"Hugging Face {CLASSES[spec.model.family][1]} (random init, sdpa) trained by the Trainer: "
+                f"{plan.dp} data-parallel process(es), {plan.grad_accum_steps} x {spec.training.micro_batch_size} "
+                f"sequences of {spec.training.seq_length} per device and step, {spec.training.precision}")
+
+    def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
+        par, problems = spec.parallelism, []
+        if plan.tp > 1 or plan.pp > 1 or plan.cp > 1:
+            problems.append(f"parallelism.tp={plan.tp}, pp={plan.pp}, cp={plan.cp}: framework=transformers runs data "
+                            "parallelism only (use framework=native for TP/PP)")
+        if par.fsdp or par.zero_stage:
+            problems.append("parallelism.fsdp / zero_stage: framework=transformers runs plain DDP here; shard with "
+                            "framework=native (fsdp) or framework=deepspeed (zero_stage)")
+        if spec.training.precision == "fp8":
+            problems.append("training.precision=fp8: framework=transformers trains in bf16 or fp32")
+        if spec.training.activation_checkpointing == "selective":
+            problems.append("training.activation_checkpointing=selective: the Trainer checkpoints every layer; "
+                            "use none or full")
+        return problems
+
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+        effective = {}
+        for repeat in range(spec.benchmark.repeats):
+            effective = self._run_once(spec, plan, on_step, repeat)
+        return effective
+
+    def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
+        from transformers import Trainer, TrainerCallback, TrainingArguments
+
+        from tprimat.backends.hf.model import build_model
+
+        tr = spec.training
+        device = torch.device("cpu") if spec.platform.name == "cpu" else torch.device("cuda", torch.cuda.current_device())
+        torch.manual_seed(tr.seed)
+        model = build_model(spec.model)
+        optimizer = build_optimizer(model, tr)
+        set_lr(optimizer, tr.optimizer.lr)  # LambdaLR scales this base lr by lr_at(step) / lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, tr) / tr.optimizer.lr)
+        clock, probe = StepClock(device), MemoryProbe(device)
+        pending: dict = {}
+
+        class Recorder(TrainerCallback):
+            def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+                pending["lr"] = optimizer.param_groups[0]["lr"]
+                clock.start()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                pending["step_time_s"] = clock.stop()
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "loss" in logs and "step_time_s" in pending:
+                    step = state.global_step
+                    on_step(StepRecord(step=step, step_time_s=pending.pop("step_time_s"), tokens=plan.tokens_per_step,
+                                       loss=float(logs["loss"]), lr=pending["lr"],
+                                       grad_norm=float(logs["grad_norm"]) if "grad_norm" in logs else None,
+                                       memory_gib=probe.current_gib(), peak_memory_gib=probe.peak_gib(),
+                                       repeat=repeat, warmup=step <= spec.benchmark.warmup_steps))
+
+        class SequentialTrainer(Trainer):
+            def _get_train_sampler(self, train_dataset=None):
+                return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
+
+        with tempfile.TemporaryDirectory() as out:
+            args = TrainingArguments(
+                output_dir=out, max_steps=tr.max_steps, per_device_train_batch_size=tr.micro_batch_size,
+                gradient_accumulation_steps=plan.grad_accum_steps, max_grad_norm=tr.optimizer.grad_clip,
+                bf16=tr.precision == "bf16", use_cpu=device.type == "cpu", seed=tr.seed, data_seed=tr.seed,
+                logging_steps=1, logging_first_step=True, save_strategy="no", report_to=[],
+                gradient_checkpointing=tr.activation_checkpointing == "full", torch_compile=tr.compile,
+                dataloader_num_workers=0, disable_tqdm=True, ddp_find_unused_parameters=False)
+            trainer = SequentialTrainer(model=model, args=args, train_dataset=SyntheticDataset(spec, tr.max_steps),
+                                        optimizers=(optimizer, scheduler), callbacks=[Recorder()])
+            trainer.train()
+            effective = effective_settings(trainer.optimizer, args, "tprimat warmup_cosine (LambdaLR)")
+            effective["distributed_type"] = str(trainer.accelerator.distributed_type)
+            effective["data_parallel_processes"] = trainer.accelerator.num_processes
+            return effective
+
+
+BACKEND = TransformersBackend()

@@ -1,0 +1,45 @@
+"""Build LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM from tprimat's model config (no download)."""
+
+from __future__ import annotations
+
+import inspect
+
+from tprimat.config.schema import ModelConf
+
+CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+           "mistral": ("MistralConfig", "MistralForCausalLM")}
+
+
+def rope_settings(cfg: ModelConf, config_cls) -> dict:
+    scaling = None
+    if cfg.rope_scaling_factor is not None:
+        scaling = {"rope_type": "llama3", "factor": cfg.rope_scaling_factor,
+                   "low_freq_factor": cfg.rope_low_freq_factor, "high_freq_factor": cfg.rope_high_freq_factor,
+                   "original_max_position_embeddings": cfg.rope_original_max_position}
+    if "rope_parameters" in inspect.signature(config_cls).parameters:  # transformers >= 5
+        return {"rope_parameters": {**(scaling or {"rope_type": "default"}), "rope_theta": cfg.rope_theta}}
+    return {"rope_theta": cfg.rope_theta, "rope_scaling": scaling}
+
+
+def hf_config(cfg: ModelConf):
+    import transformers
+
+    config_cls = getattr(transformers, CLASSES[cfg.family][0])
+    kwargs = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.ffn_hidden_size,
+                  num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_attention_heads,
+                  num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
+                  max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
+                  tie_word_embeddings=cfg.tie_embeddings, initializer_range=0.02, use_cache=False,
+                  **rope_settings(cfg, config_cls))
+    if cfg.family == "llama":
+        kwargs["attention_bias"] = cfg.qkv_bias
+    if cfg.family == "mistral":
+        kwargs["sliding_window"] = None
+    return config_cls(**kwargs)
+
+
+def build_model(cfg: ModelConf):
+    import transformers
+
+    model_cls = getattr(transformers, CLASSES[cfg.family][1])
+    return model_cls._from_config(hf_config(cfg), attn_implementation="sdpa")
