@@ -59,6 +59,8 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
     backend_problems = backend.check(spec, plan)
     common.update(spec=spec_to_dict(spec), framework={"name": backend.name, "version": backend.version()})
     plan_dict = {**plan.as_dict(), "backend_problems": backend_problems}
+    if hasattr(backend, "config"):  # a generated framework config (DeepSpeed JSON), shown before anything runs
+        plan_dict["backend_config"] = backend.config(spec, plan)
     for warning in plan.warnings:
         log.warning(warning)
     if spec.dry_run:

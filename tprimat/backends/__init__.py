@@ -37,8 +37,8 @@ register(BackendInfo("native", "tprimat.backends.native.backend",
                      "plain PyTorch decoder and training loop (CPU, CUDA, ROCm)"))
 register(BackendInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
                      "transformers"))
+register(BackendInfo("deepspeed", "tprimat.backends.ds.backend", "DeepSpeed ZeRO 1-3", "deepspeed"))
 for _name, _desc, _extra in (
-    ("deepspeed", "DeepSpeed ZeRO 1-3", "deepspeed"),
     ("megatron", "Megatron-LM pretrain_gpt.py under torchrun", "megatron"),
     ("primus", "AMD Primus experiment YAML + run_pretrain.sh", ""),
     ("nemo", "NeMo Framework recipe in its own environment", ""),

@@ -1,0 +1,100 @@
+"""In-process frameworks for real on CPU: Hugging Face Transformers (Trainer, DDP) and DeepSpeed (ZeRO-2, ZeRO-3).
+
+identical_config means the same hyperparameters reach every framework: the optimizer settings each backend
+reports are read back from its live optimizer and engine, and the learning rate of every recorded step must
+follow the spec's schedule.
+"""
+
+import json
+import math
+
+import pytest
+
+from tests.conftest import run_inprocess, run_launch
+from tprimat.backends.native.optim import lr_at
+from tprimat.config.spec import spec_from_dict
+from tprimat.result import validate_result
+
+pytest.importorskip("transformers")
+pytest.importorskip("deepspeed")
+
+STEPS = ["training.max_steps=6", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=2",
+         "logging.wandb.mode=disabled", "platform=cpu", "methodology=identical_config"]
+
+
+def launched(tmp_path, *overrides):
+    proc = run_launch(tmp_path, *STEPS, *overrides, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert validate_result(result) == [] and result["status"] == "ok"
+    losses = [s["loss"] for s in result["steps"]]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    return result
+
+
+def assert_spec_reached_the_framework(result):
+    spec = spec_from_dict(result["spec"])
+    opt, eff = spec.training.optimizer, result["framework"]["effective"]
+    assert eff["optimizer"] == "AdamW"
+    assert eff["betas"] == [opt.beta1, opt.beta2] and eff["eps"] == opt.eps
+    assert eff["weight_decay"] == opt.weight_decay and eff["grad_clip"] == opt.grad_clip
+    assert eff["micro_batch_size"] == spec.training.micro_batch_size
+    assert eff["grad_accum_steps"] == result["plan"]["grad_accum_steps"]
+    assert eff["precision"] == spec.training.precision
+    assert [s["lr"] for s in result["steps"]] == pytest.approx(
+        [lr_at(i, spec.training) for i in range(spec.training.max_steps)], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    out = run_inprocess(tmp_path_factory.mktemp("native"), STEPS)
+    assert out.status == "ok"
+    return out.result
+
+
+def test_native_uses_the_spec(native):
+    assert_spec_reached_the_framework(native)
+
+
+def test_transformers_single_process(tmp_path):
+    result = launched(tmp_path, "framework=transformers")
+    assert result["framework"]["version"].startswith("transformers ")
+    assert_spec_reached_the_framework(result)
+
+
+def test_transformers_data_parallel(tmp_path):
+    result = launched(tmp_path, "framework=transformers", "platform.devices_per_node=2")
+    assert result["ranks"]["world_size"] == 2 and result["ranks"]["loss_max_abs_diff"] < 1e-6
+    assert result["framework"]["effective"]["data_parallel_processes"] == 2
+    assert result["framework"]["effective"]["grad_accum_steps"] == 1  # 8 = 4 x 2 ranks x 1
+    assert_spec_reached_the_framework(result)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero(tmp_path, native, stage):
+    result = launched(tmp_path, "framework=deepspeed", f"parallelism.zero_stage={stage}", "platform.devices_per_node=2")
+    eff = result["framework"]["effective"]
+    assert eff["zero_stage"] == stage and result["ranks"]["loss_max_abs_diff"] < 1e-6
+    config = eff["ds_config"]
+    assert config["train_batch_size"] == 8 and config["train_micro_batch_size_per_gpu"] == 4
+    assert config["gradient_accumulation_steps"] == 1 and config["zero_optimization"]["stage"] == stage
+    assert config["bf16"]["enabled"] is True and config["gradient_clipping"] == 1.0
+    assert_spec_reached_the_framework(result)
+    # The same decoder, data and schedule as the native backend: the same losses up to bf16 rounding.
+    assert [s["loss"] for s in result["steps"]] == pytest.approx([s["loss"] for s in native["steps"]], rel=2e-3)
+
+
+def test_deepspeed_config_is_shown_by_a_dry_run(tmp_path):
+    out = run_inprocess(tmp_path, [*STEPS, "framework=deepspeed", "parallelism.zero_stage=3", "dry_run=true"])
+    assert out.status == "dry_run"
+    assert out.result["plan"]["backend_config"]["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize("framework,overrides,fragment", [
+    ("transformers", ["platform.devices_per_node=2", "parallelism.tp=2"], "data parallelism only"),
+    ("deepspeed", ["parallelism.fsdp=true"], "zero_stage"),
+    ("native", ["parallelism.zero_stage=2"], "fsdp=true"),
+])
+def test_backends_refuse_what_they_cannot_run(tmp_path, framework, overrides, fragment):
+    out = run_inprocess(tmp_path, [*STEPS, f"framework={framework}", *overrides])
+    assert out.status == "invalid" and fragment in out.result["error"]

@@ -1,0 +1,164 @@
+"""Framework ``deepspeed``: the native decoder trained by a DeepSpeed engine (ZeRO 0-3 from
+``parallelism.zero_stage``). The DeepSpeed config JSON is generated from the run spec (batch sizes, gradient
+accumulation, precision, AdamW, clipping) and saved with the result; the warm-up + cosine schedule is
+tprimat's own, handed to the engine, so every framework follows the same learning-rate curve."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from tprimat.backends.base import StepSink
+from tprimat.backends.native.data import SyntheticTokens
+from tprimat.backends.native.model import Decoder
+from tprimat.backends.native.optim import lr_at
+from tprimat.backends.native.parallelize import apply_activation_checkpointing
+from tprimat.config.schema import TprimatConf
+from tprimat.measure import run_measured
+from tprimat.plan import Plan
+
+
+def ds_config(spec: TprimatConf, plan: Plan) -> dict:
+    tr, opt = spec.training, spec.training.optimizer
+    config = {
+        "train_batch_size": tr.global_batch_size,
+        "train_micro_batch_size_per_gpu": tr.micro_batch_size,
+        "gradient_accumulation_steps": plan.grad_accum_steps,
+        "gradient_clipping": opt.grad_clip,
+        "bf16": {"enabled": tr.precision == "bf16"},
+        "zero_optimization": {"stage": spec.parallelism.zero_stage},
+        "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": [opt.beta1, opt.beta2], "eps": opt.eps,
+                                                  "weight_decay": opt.weight_decay, "torch_adam": True}},
+        "steps_per_print": 10**9,  # tprimat logs every step itself
+        "wall_clock_breakdown": False,
+    }
+    if spec.parallelism.zero_stage == 3:
+        config["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "contiguous_gradients": True})
+    return config
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+
+class DeepSpeedTrainer:
+    def __init__(self, spec: TprimatConf, plan: Plan, device: torch.device):
+        import deepspeed
+
+        self.spec, self.plan, self.device = spec, plan, device
+        tr = spec.training
+        torch.manual_seed(tr.seed)
+        with torch.device(device):
+            model = Decoder(spec.model)
+        apply_activation_checkpointing(model, tr.activation_checkpointing)
+        self.config = ds_config(spec, plan)
+        schedule = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
+            optimizer, lambda s: lr_at(s, tr) / tr.optimizer.lr)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=param_groups(model, tr.optimizer.weight_decay), config=self.config,
+            lr_scheduler=schedule)
+        self.data = SyntheticTokens(spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
+        self.dp_rank = dist.get_rank()
+
+    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+        mbs, dp, accum = self.spec.training.micro_batch_size, self.plan.dp, self.plan.grad_accum_steps
+        lr = self.engine.get_lr()[0]
+        total = torch.zeros((), device=self.device)
+        for micro in range(accum):
+            inputs, targets = self.data.rows(step, micro * mbs * dp + self.dp_rank * mbs, mbs)
+            logits = self.engine(inputs.to(self.device))
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.to(self.device).reshape(-1))
+            self.engine.backward(loss)  # DeepSpeed scales by 1 / gradient_accumulation_steps
+            self.engine.step()  # applies the optimizer at the accumulation boundary only
+            total += loss.detach() / accum
+        if dp > 1:
+            dist.all_reduce(total)
+            total /= dp
+        grad_norm = self.engine.get_global_grad_norm()
+        return total, torch.as_tensor(float(grad_norm) if grad_norm is not None else float("nan")), lr
+
+    def effective_settings(self) -> dict:
+        groups = self.optimizer.param_groups
+        return {"optimizer": type(getattr(self.optimizer, "optimizer", self.optimizer)).__name__,
+                "betas": list(groups[0]["betas"]), "eps": groups[0]["eps"],
+                "weight_decay": max(g["weight_decay"] for g in groups),
+                "grad_clip": self.engine.gradient_clipping(),
+                "micro_batch_size": self.engine.train_micro_batch_size_per_gpu(),
+                "grad_accum_steps": self.engine.gradient_accumulation_steps(),
+                "zero_stage": self.engine.zero_optimization_stage(),
+                "precision": "bf16" if self.engine.bfloat16_enabled() else "fp32",
+                "lr_schedule": "tprimat warmup_cosine (LambdaLR)", "ds_config": self.config}
+
+
+class DeepSpeedBackend:
+    name = "deepspeed"
+
+    def version(self) -> str:
+        import deepspeed
+
+        return f"deepspeed {deepspeed.__version__}, torch {torch.__version__}"
+
+    def describe(self, spec: TprimatConf, plan: Plan) -> str:
+        return (f"DeepSpeed ZeRO-{spec.parallelism.zero_stage} engine around the native {spec.model.family} decoder: "
+                f"{plan.dp} data-parallel process(es), {plan.grad_accum_steps} x {spec.training.micro_batch_size} "
+                f"sequences of {spec.training.seq_length} per device and step, {spec.training.precision}")
+
+    def config(self, spec: TprimatConf, plan: Plan) -> dict:
+        return ds_config(spec, plan)
+
+    def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
+        problems = []
+        if plan.tp > 1 or plan.pp > 1 or plan.cp > 1:
+            problems.append(f"parallelism.tp={plan.tp}, pp={plan.pp}, cp={plan.cp}: framework=deepspeed runs ZeRO data "
+                            "parallelism here (use framework=native for TP/PP)")
+        if spec.parallelism.fsdp:
+            problems.append("parallelism.fsdp=true: framework=deepspeed shards with parallelism.zero_stage (1-3)")
+        if spec.training.precision == "fp8":
+            problems.append("training.precision=fp8: framework=deepspeed trains in bf16 or fp32 here")
+        if spec.training.compile:
+            problems.append("training.compile=true: not wired for framework=deepspeed; use framework=native")
+        return problems
+
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+        device = torch.device("cpu") if spec.platform.name == "cpu" else torch.device("cuda", torch.cuda.current_device())
+        with single_process_group(device):
+            for repeat in range(spec.benchmark.repeats):
+                trainer = DeepSpeedTrainer(spec, plan, device)
+                run_measured(trainer.step, spec.training.max_steps, plan.tokens_per_step,
+                             spec.benchmark.warmup_steps, repeat, device, on_step)
+                effective = trainer.effective_settings()
+                trainer.engine.destroy()
+        return effective
+
+
+class single_process_group:
+    """DeepSpeed always needs torch.distributed: a one-rank group on loopback when tprimat runs one process."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.created, self.tmp = device, False, None
+
+    def __enter__(self):
+        if not dist.is_initialized():
+            self.tmp = tempfile.TemporaryDirectory()
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1")):
+                os.environ.setdefault(key, value)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    init_method=f"file://{self.tmp.name}/rendezvous", rank=0, world_size=1)
+            self.created = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.created:
+            dist.destroy_process_group()
+            self.tmp.cleanup()
+        return False
+
+
+BACKEND = DeepSpeedBackend()
