@@ -1,4 +1,4 @@
-"""The ``tprimat`` console script: ``launch`` (Hydra overrides), ``check``, ``compare``, ``preflight``."""
+"""The ``tprimat`` console script: ``launch`` (Hydra overrides), ``check``, ``compare``, ``preflight``, ``ingest``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
 
     compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
     preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
+    from tprimat.ingest.cli import add_arguments as ingest_arguments
+
+    ingest_arguments(sub.add_parser("ingest", help="turn other frameworks' logs into tprimat results"))
     args = parser.parse_args(argv)
     if args.command == "check":
         sys.exit(check(args.results))
@@ -48,6 +51,12 @@ def main(argv: list[str] | None = None) -> None:
         from tprimat.compare.cli import run as compare
 
         sys.exit(compare(args))
+    if args.command == "ingest":
+        from tprimat.config.schema import register_configs
+        from tprimat.ingest.cli import run as ingest
+
+        register_configs()
+        sys.exit(ingest(args))
     from tprimat.preflight import run as preflight
 
     sys.exit(preflight(args))

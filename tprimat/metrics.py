@@ -34,7 +34,7 @@ def _max_or_none(values: Iterable[Optional[float]]) -> Optional[float]:
 def summarize(records: list[StepRecord], world_size: int, flops_per_token: float,
               peak_tflops: Optional[float]) -> Optional[dict]:
     """Summary of the measured (non-warm-up) steps; None when no step was measured."""
-    measured = [r for r in records if not r.warmup]
+    measured = [r for r in records if not r.warmup and r.step_time_s and r.tokens]
     if not measured:
         return None
     times = [r.step_time_s for r in measured]
@@ -61,7 +61,7 @@ def summarize(records: list[StepRecord], world_size: int, flops_per_token: float
     }
 
 
-def per_repeat(measured: list[StepRecord], repeat: int) -> dict:
+def per_repeat(measured: list[StepRecord], repeat: int) -> dict:  # measured: steps with a time and tokens
     mine = [r for r in measured if r.repeat == repeat]
     total_s = sum(r.step_time_s for r in mine)
     return {"repeat": repeat, "measured_steps": len(mine),

@@ -8,9 +8,9 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class StepRecord:
-    step: int  # 1-based optimizer step within its repeat
-    step_time_s: float  # wall time of the whole optimizer step (all micro batches), device-synchronised
-    tokens: int  # tokens processed by the step over all data-parallel ranks
+    step: int  # optimizer step within its repeat: 1-based in live runs, the framework's own numbering when ingested
+    step_time_s: Optional[float]  # wall time of the whole optimizer step, device-synchronised (None: not printed)
+    tokens: Optional[int]  # tokens processed by the step over all data-parallel ranks (None: unknown)
     loss: Optional[float]
     lr: Optional[float]
     grad_norm: Optional[float]  # global norm before clipping
@@ -18,6 +18,7 @@ class StepRecord:
     peak_memory_gib: Optional[float] = None  # GPU: max allocated so far; CPU: peak resident set so far
     repeat: int = 0
     warmup: bool = False  # measured and kept, never averaged
+    reported: Optional[dict] = None  # ingested logs: what the framework itself printed for this step
 
     def as_dict(self) -> dict:
         return asdict(self)

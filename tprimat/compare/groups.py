@@ -93,7 +93,8 @@ class Group:
         return int((self.first.get("plan") or {}).get("world_size") or 1)
 
     def measured(self) -> list[dict]:
-        return [s for run in self.runs for s in run.result["steps"] if not s["warmup"]]
+        return [s for run in self.runs for s in run.result["steps"]
+                if not s["warmup"] and s.get("step_time_s") and s.get("tokens")]
 
     def samples(self) -> tuple[list[float], list[float]]:
         """(tokens, seconds) of every measured step of every repeat: the bootstrap's unit."""
