@@ -65,6 +65,10 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
         log.warning(warning)
     if spec.dry_run:
         log.info("plan: %s", plan.backend_description)
+        if hasattr(backend, "materialize"):  # external frameworks: the exact command and files, not run
+            launch = backend.materialize(spec, plan, run_dir)
+            plan_dict["backend_config"] = {**launch.as_dict(), "file_contents": launch.files}
+            log.info("would run: %s", " ".join(launch.argv))
         result = make_result(status="dry_run", plan=plan_dict, warnings=list(plan.warnings), **common)
         return _finish(result, run_dir, EXIT_OK)
     if backend_problems:
@@ -73,8 +77,9 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
 
 
 def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Path, common: dict) -> Outcome:
-    env = rank_env() if plan.world_size > 1 else None
-    if plan.world_size > 1 and env is None and spec.platform.nodes > 1:
+    own_ranks = getattr(backend, "launches_own_ranks", False)
+    env = rank_env() if plan.world_size > 1 and not own_ranks else None
+    if plan.world_size > 1 and env is None and spec.platform.nodes > 1 and not own_ranks:
         return _invalid([f"platform.nodes={spec.platform.nodes}: start one process per rank with torchrun or "
                          "Slurm (srun); tprimat launches the ranks of one node itself"], run_dir, common,
                         common["spec"], plan_dict)
@@ -94,8 +99,8 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
     records: list[StepRecord] = []
     ranks, effective = None, {}
     try:
-        if plan.world_size == 1:
-            effective = backend.run(spec, plan, lambda r: (records.append(r), on_step(r))) or {}
+        if plan.world_size == 1 or own_ranks:
+            effective = backend.run(spec, plan, lambda r: (records.append(r), on_step(r)), run_dir) or {}
         else:
             ranked = _run_ranks(spec, plan, backend, run_dir, common, env, on_step)
             if ranked is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
@@ -115,10 +120,15 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
     nonfinite = [r.step for r in records if r.loss is None or r.loss != r.loss]
     if nonfinite:
         warnings.append(f"non-finite loss at steps {nonfinite[:10]}")
+    audit = effective.pop("audit", None)
+    for line in effective.pop("audit_failures", []):
+        log.warning(line)
+        warnings.append(line)
     wandb_info = sink.finish(status, summary) if sink else None
     result = make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
                          summary=summary, warnings=warnings, wandb=wandb_info, **common)
     result["ranks"] = ranks
+    result["audit"] = audit
     if result["framework"] is not None:
         result["framework"]["effective"] = effective
     if summary:
@@ -133,7 +143,7 @@ def _run_ranks(spec, plan, backend, run_dir, common, env, on_step):
     """Several ranks: this process is one of them (torchrun / Slurm), or it starts them on this node."""
     if env is not None:
         device_type = "cpu" if spec.platform.name == "cpu" else "cuda"
-        return run_on_this_rank(lambda cb: backend.run(spec, plan, cb), env, device_type, on_step=on_step)
+        return run_on_this_rank(lambda cb: backend.run(spec, plan, cb, run_dir), env, device_type, on_step=on_step)
     log.info("launching %d local ranks", plan.world_size)
     return spawn_local(common["spec"], run_dir, plan.world_size)
 

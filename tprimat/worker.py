@@ -34,7 +34,8 @@ def main(launch_file: str) -> int:
                  record.repeat, record.step, spec.training.max_steps, record.loss, record.lr, record.grad_norm,
                  record.step_time_s)
 
-    ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step), env,
+    run_dir = Path(os.environ["TPRIMAT_RANK_OUTPUT"]).parent
+    ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step, run_dir), env,
                               "cpu" if spec.platform.name == "cpu" else "cuda", on_step=show)
     if ranked is not None:
         atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,

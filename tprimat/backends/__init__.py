@@ -38,13 +38,13 @@ register(BackendInfo("native", "tprimat.backends.native.backend",
 register(BackendInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
                      "transformers"))
 register(BackendInfo("deepspeed", "tprimat.backends.ds.backend", "DeepSpeed ZeRO 1-3", "deepspeed"))
-for _name, _desc, _extra in (
-    ("megatron", "Megatron-LM pretrain_gpt.py under torchrun", "megatron"),
-    ("primus", "AMD Primus experiment YAML + run_pretrain.sh", ""),
-    ("nemo", "NeMo Framework recipe in its own environment", ""),
-    ("torchtitan", "torchtitan train.py with config overrides", ""),
+for _name, _desc in (
+    ("megatron", "Megatron-LM pretrain_gpt.py under torchrun"),
+    ("primus", "AMD Primus experiment YAML + run_pretrain.sh"),
+    ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment"),
+    ("torchtitan", "torchtitan train with config overrides"),
 ):
-    register(BackendInfo(_name, "", _desc, _extra))
+    register(BackendInfo(_name, f"tprimat.backends.external.{_name}", _desc))
 
 
 class BackendUnavailable(RuntimeError):

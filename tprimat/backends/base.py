@@ -23,7 +23,7 @@ class Backend(Protocol):
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
         """What this backend cannot run of a valid spec, one line per problem naming the key."""
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
         """Train for ``spec.training.max_steps`` (per repeat), calling ``on_step`` after every step.
 
         Returns the settings the framework actually used, read back from its live objects (optimizer

@@ -85,6 +85,13 @@ class ModelConf(Freezable):
 @dataclass
 class FrameworkConf(Freezable):
     name: str = MISSING  # a key of tprimat.backends.REGISTRY
+    # External frameworks (megatron, primus, nemo, torchtitan) run as separate processes:
+    path: Optional[str] = None  # their checkout (else MEGATRON_LM_PATH / PRIMUS_PATH / TORCHTITAN_PATH)
+    python: str = "python"  # interpreter of their environment (NeMo: its container's python)
+    flavour: str = "nemo2"  # nemo: nemo2 (NeMo 2 llm recipes, containers <= 25.x) | bridge (Megatron-Bridge, 26.x)
+    recipe: Optional[str] = None  # their own model config name (Primus model YAML, NeMo recipe, torchtitan flavor)
+    extra_args: List[str] = field(default_factory=list)  # appended verbatim to their command line
+    timeout_min: float = 240.0  # the run is killed and recorded as failed after this
 
 
 @dataclass

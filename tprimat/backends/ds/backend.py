@@ -125,7 +125,7 @@ class DeepSpeedBackend:
             problems.append("training.compile=true: not wired for framework=deepspeed; use framework=native")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
         device = torch.device("cpu") if spec.platform.name == "cpu" else torch.device("cuda", torch.cuda.current_device())
         with single_process_group(device):
             for repeat in range(spec.benchmark.repeats):

@@ -73,7 +73,7 @@ class TransformersBackend:
                             "use none or full")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
         effective = {}
         for repeat in range(spec.benchmark.repeats):
             effective = self._run_once(spec, plan, on_step, repeat)

@@ -47,7 +47,7 @@ class NativeBackend:
                             "not installed (pip install torchao)")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
         device = pick_device(spec)
         for repeat in range(spec.benchmark.repeats):
             trainer = NativeTrainer(spec, plan, device)

@@ -1,0 +1,217 @@
+"""External frameworks (Megatron-LM, Primus, NeMo, torchtitan): the translation of the spec into each launch
+surface, megatron-core's own TransformerConfig accepting it, the process runner on real logs replayed by a
+child process, failure, timeout, and the fairness audit."""
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, compose_config, run_inprocess
+from tprimat import backends
+from tprimat.backends.external.audit import audit
+from tprimat.backends.external.base import ExternalFailed, Launch
+from tprimat.backends.external.megatron import megatron_settings
+from tprimat.config.spec import build_spec
+from tprimat.ingest.build import NO_HARDWARE
+from tprimat.plan import make_plan
+
+CORPUS = ROOT.parent / "shared" / "logs"
+GPU = ["platform=amd", "platform.gpu=mi300x", "model=llama", "dry_run=true"]
+
+
+def spec_plan(overrides):
+    spec = build_spec(compose_config(overrides), NO_HARDWARE)
+    return spec, make_plan(spec, NO_HARDWARE)
+
+
+def flag_values(argv):
+    values, i = {}, 0
+    while i < len(argv):
+        if argv[i].startswith("--"):
+            takes_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            values[argv[i]] = argv[i + 1] if takes_value else True
+            i += 2 if takes_value else 1
+        else:
+            i += 1
+    return values
+
+
+@pytest.mark.parametrize("framework", ["megatron", "primus", "nemo", "torchtitan"])
+def test_dry_run_saves_command_environment_and_files(tmp_path, framework):
+    out = run_inprocess(tmp_path, [f"framework={framework}", *GPU])
+    assert out.status == "dry_run"
+    config = out.result["plan"]["backend_config"]
+    command = json.loads((tmp_path / "launch" / "command.json").read_text())
+    assert command["argv"] == config["argv"] and command["argv"]
+    for name in config["files"]:
+        assert (tmp_path / "launch" / name).exists()
+
+
+def test_megatron_command_sets_every_hyperparameter():
+    spec, plan = spec_plan(["framework=megatron", "platform=nvidia", "platform.gpu=h100", "model=llama",
+                            "parallelism.tp=2", "parallelism.zero_stage=1"])
+    argv = backends.load("megatron").launch(spec, plan, Path("launch")).argv
+    flags = flag_values(argv)
+    opt = spec.training.optimizer
+    expected = {"--lr": opt.lr, "--min-lr": opt.min_lr, "--lr-warmup-iters": opt.warmup_steps,
+                "--weight-decay": opt.weight_decay, "--adam-beta1": opt.beta1, "--adam-beta2": opt.beta2,
+                "--adam-eps": opt.eps, "--clip-grad": opt.grad_clip, "--global-batch-size": 128,
+                "--micro-batch-size": 1, "--seq-length": 8192, "--train-iters": 50,
+                "--tensor-model-parallel-size": 2, "--pipeline-model-parallel-size": 1, "--num-query-groups": 8,
+                "--ffn-hidden-size": 14336, "--vocab-size": 128256, "--rotary-base": 500000}
+    for flag, value in expected.items():
+        assert float(flags[flag]) == pytest.approx(float(value)), flag
+    for flag in ("--bf16", "--mock-data", "--swiglu", "--use-distributed-optimizer", "--use-rope-scaling",
+                 "--untie-embeddings-and-output-weights", "--group-query-attention", "--log-throughput"):
+        assert flags[flag] is True, flag
+    assert argv[:3] == ["python", "-m", "torch.distributed.run"] and "--nproc_per_node=8" in argv
+
+
+def test_primus_experiment_states_every_override():
+    spec, plan = spec_plan(["framework=primus", *GPU[:3], "training.optimizer.lr=0.0003"])
+    launch = backends.load("primus").launch(spec, plan, Path("/runs/x/launch"))
+    exp = json.loads(launch.files["experiment.yaml"])
+    module = exp["modules"]["pre_trainer"]
+    assert module["framework"] == "megatron" and module["model"] == "llama3.1_8B-pretrain.yaml"
+    over = module["overrides"]
+    assert over["lr"] == 3e-4 and over["min_lr"] == spec.training.optimizer.min_lr
+    assert over["lr_warmup_iters"] == 10 and over["global_batch_size"] == 128 and over["mock_data"] is True
+    assert "fp8" in over and over["fp8"] is None  # stated explicitly: Primus merges unknown keys silently
+    assert launch.env["EXP"] == "/runs/x/launch/experiment.yaml" and launch.env["GPUS_PER_NODE"] == "8"
+    assert launch.argv == ["bash", "examples/run_pretrain.sh"]
+
+
+@pytest.mark.parametrize("flavour", ["nemo2", "bridge"])
+def test_nemo_scripts_for_both_flavours(flavour):
+    spec, plan = spec_plan(["framework=nemo", f"framework.flavour={flavour}", *GPU[:3]])
+    launch = backends.load("nemo").launch(spec, plan, Path("/runs/x/launch"))
+    script = launch.files["nemo_pretrain.py"]
+    tree = ast.parse(script)  # valid Python for NeMo's interpreter
+    values = ast.literal_eval(next(n.value for n in tree.body if isinstance(n, ast.Assign) and
+                                   getattr(n.targets[0], "id", "") == "V"))
+    assert values["lr"] == spec.training.optimizer.lr and values["warmup_steps"] == 10
+    assert values["global_batch_size"] == 128 and values["seq_length"] == 8192
+    assert "TPRIMAT_EFFECTIVE" in script
+    if flavour == "bridge":
+        assert "llama31_8b_pretrain_config" in script and "torch.distributed.run" in launch.argv
+    else:
+        assert "llm.llama31_8b.pretrain_recipe" in script and "MockDataModule" in script
+
+
+def test_torchtitan_overrides():
+    spec, plan = spec_plan(["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=llama"])
+    flags = flag_values(backends.load("torchtitan").launch(spec, plan, Path("launch")).argv)
+    assert flags["--job.config_file"].endswith("llama3_8b.toml")
+    assert float(flags["--optimizer.lr"]) == spec.training.optimizer.lr
+    assert float(flags["--lr_scheduler.min_lr_factor"]) == pytest.approx(0.1)
+    assert flags["--parallelism.data_parallel_shard_degree"] == "8" and flags["--training.global_batch_size"] == "128"
+
+
+def test_megatron_core_accepts_the_translation():
+    core = pytest.importorskip("megatron.core.transformer")
+    for model in ("llama", "qwen", "mistral", "llama70b"):
+        spec, plan = spec_plan([f"model={model}", "platform=nvidia", "platform.gpu=h100", "parallelism.tp=4",
+                                "platform.devices_per_node=8"])
+        s = megatron_settings(spec, plan)
+        config = core.TransformerConfig(
+            num_layers=s["num_layers"], hidden_size=s["hidden_size"], num_attention_heads=s["num_attention_heads"],
+            num_query_groups=s["num_query_groups"], ffn_hidden_size=s["ffn_hidden_size"], kv_channels=s["kv_channels"],
+            gated_linear_unit=s["swiglu"], normalization=s["normalization"], layernorm_epsilon=s["norm_epsilon"],
+            add_bias_linear=not s["disable_bias_linear"], add_qkv_bias=bool(s["add_qkv_bias"]),
+            tensor_model_parallel_size=s["tensor_model_parallel_size"],
+            pipeline_model_parallel_size=s["pipeline_model_parallel_size"], bf16=True)
+        assert (config.num_layers, config.hidden_size, config.ffn_hidden_size) == (
+            spec.model.num_layers, spec.model.hidden_size, spec.model.ffn_hidden_size)
+        assert config.num_query_groups == spec.model.num_kv_heads and config.kv_channels * config.num_attention_heads \
+            == spec.model.hidden_size
+    with pytest.raises(ValueError, match="multiple of tensor_model_parallel_size"):
+        core.TransformerConfig(num_layers=4, hidden_size=256, num_attention_heads=8, num_query_groups=2,
+                               tensor_model_parallel_size=3)
+
+
+# ---------------------------------------------------------------- running: a child process replays a real log
+
+ARGS_DUMP = """------------------------ arguments ------------------------
+  adam_beta1 ...................................... 0.9
+  adam_beta2 ...................................... 0.95
+  bf16 ............................................ True
+  context_parallel_size ........................... 1
+  fp8 ............................................. None
+  global_batch_size ............................... 128
+  lr .............................................. {lr}
+  lr_warmup_iters ................................. 10
+  micro_batch_size ................................ 2
+  min_lr .......................................... 3e-05
+  pipeline_model_parallel_size .................... 1
+  seq_length ...................................... 8192
+  tensor_model_parallel_size ...................... 1
+  weight_decay .................................... 0.1
+-------------------- end of arguments ---------------------
+"""
+
+
+def replay(backend, monkeypatch, text: str, exit_code: int = 0, sleep_s: float = 0.0):
+    """The framework's command replaced by a child process printing ``text`` (a real log) and exiting."""
+    program = (f"import sys, time; sys.stdout.write(open(sys.argv[1]).read()); sys.stdout.flush(); "
+               f"time.sleep({sleep_s}); sys.exit({exit_code})")
+
+    def launch(spec, plan, launch_dir):
+        path = Path(launch_dir) / "replayed.log"
+        return Launch([sys.executable, "-c", program, str(path)], files={"replayed.log": text})
+
+    monkeypatch.setattr(backend, "launch", launch)
+
+
+@pytest.mark.skipif(not (CORPUS / "primus_3.log").exists(), reason="corpus not present")
+def test_runner_streams_parses_and_audits_a_real_primus_log(tmp_path, monkeypatch):
+    backend = backends.load("primus")
+    spec, plan = spec_plan(["framework=primus", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "training.micro_batch_size=2", "training.optimizer.lr=3e-4", "benchmark.warmup_steps=2"])
+    hidden_default = ARGS_DUMP.format(lr="1e-05")  # the classic: a framework default 30x below the spec
+    replay(backend, monkeypatch, hidden_default + (CORPUS / "primus_3.log").read_text(errors="replace"))
+    records = []
+    effective = backend.run(spec, plan, records.append, tmp_path)
+    assert [r.step for r in records] == list(range(1, 51))
+    assert records[0].step_time_s == pytest.approx(23.1022) and records[0].warmup and not records[2].warmup
+    assert (tmp_path / "framework.log").exists()
+    result = effective["audit"]
+    assert result["passed"] is False
+    lr = next(c for c in result["checks"] if c["key"] == "lr")
+    assert lr["requested"] == 3e-4 and lr["effective"] == 1e-5 and not lr["ok"]
+    assert any("lr requested 0.0003 but the framework ran 1e-05" in f for f in effective["audit_failures"])
+    assert all(c["ok"] for c in result["checks"] if c["key"] not in ("lr",))
+
+
+def test_audit_passes_when_the_framework_ran_the_spec():
+    spec, _ = spec_plan(["framework=megatron", "platform=nvidia", "platform.gpu=h100", "model=llama",
+                         "training.micro_batch_size=2"])
+    result = audit(spec, ARGS_DUMP.format(lr=spec.training.optimizer.lr), [])
+    assert result["passed"] and {c["key"] for c in result["checks"]} >= {"lr", "min_lr", "warmup_steps", "beta2",
+                                                                          "global_batch_size", "tp", "precision"}
+
+
+@pytest.mark.skipif(not (CORPUS / "megatron_5.log").exists(), reason="corpus not present")
+def test_a_run_that_dies_raises_with_the_log_tail(tmp_path, monkeypatch):
+    backend = backends.load("megatron")
+    spec, plan = spec_plan(["framework=megatron", "platform=nvidia", "platform.gpu=h100", "model=llama"])
+    replay(backend, monkeypatch, (CORPUS / "megatron_5.log").read_text(errors="replace"), exit_code=1)
+    with pytest.raises(ExternalFailed, match="exited with code 1") as err:
+        backend.run(spec, plan, lambda r: None, tmp_path)
+    assert "srun: error" in str(err.value) or "Exited with exit code 1" in str(err.value)
+
+
+def test_timeout_kills_the_framework(tmp_path, monkeypatch):
+    backend = backends.load("torchtitan")
+    spec, plan = spec_plan(["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=llama",
+                            "framework.timeout_min=0.02"])
+    replay(backend, monkeypatch, "starting\n", sleep_s=60)
+    with pytest.raises(ExternalFailed, match="timed out"):
+        backend.run(spec, plan, lambda r: None, tmp_path)
+
+
+def test_external_frameworks_refuse_cpu(tmp_path):
+    out = run_inprocess(tmp_path, ["framework=megatron", "platform=cpu", "logging.wandb.mode=disabled"])
+    assert out.status == "invalid" and "trains on NVIDIA or AMD GPUs" in out.result["error"]

@@ -1,0 +1,140 @@
+"""The fairness audit: the settings a framework printed (argument / config dumps, per-step lines) against the
+spec. A hidden framework default (a 30x learning-rate difference) shows up here as a failed check."""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from typing import Optional
+
+from tprimat.config.schema import TprimatConf
+from tprimat.ingest.clean import clean_lines
+
+ARGS_START = re.compile(r"-{6,} arguments -{6,}")
+ARGS_END = re.compile(r"-{6,} end of arguments -{6,}")
+ARG_LINE = re.compile(r"^(\w+) \.{2,} (.*)$")
+CONFIG_DICT = re.compile(r"(?:Running with args|Job config|Config):\s*(\{.*\})\s*$")
+EFFECTIVE = re.compile(r"TPRIMAT_EFFECTIVE (\{.*\})")
+
+
+def requested(spec: TprimatConf) -> dict:
+    tr, opt, par = spec.training, spec.training.optimizer, spec.parallelism
+    return {"lr": opt.lr, "min_lr": opt.min_lr, "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay,
+            "beta1": opt.beta1, "beta2": opt.beta2, "global_batch_size": tr.global_batch_size,
+            "micro_batch_size": tr.micro_batch_size, "seq_length": tr.seq_length, "tp": par.tp, "pp": par.pp,
+            "cp": par.cp, "precision": tr.precision}
+
+
+def _value(text: str):
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def megatron_arguments(lines: list[str]) -> dict:
+    """Megatron-LM's (and Primus's) ``arguments`` dump -> tprimat keys."""
+    args, inside = {}, False
+    for line in lines:
+        if ARGS_START.search(line):
+            inside = True
+        elif ARGS_END.search(line):
+            inside = False
+        elif inside and (m := ARG_LINE.match(line.strip())):
+            args[m.group(1)] = _value(m.group(2))
+    if not args:
+        return {}
+    precision = "fp8" if args.get("fp8") not in (None, "None", False) else (
+        "bf16" if args.get("bf16") is True else "fp32" if args.get("fp16") is not True else "fp16")
+    mapping = {"lr": "lr", "min_lr": "min_lr", "warmup_steps": "lr_warmup_iters", "weight_decay": "weight_decay",
+               "beta1": "adam_beta1", "beta2": "adam_beta2", "global_batch_size": "global_batch_size",
+               "micro_batch_size": "micro_batch_size", "seq_length": "seq_length", "tp": "tensor_model_parallel_size",
+               "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size"}
+    found = {key: args[name] for key, name in mapping.items() if name in args}
+    found["precision"] = precision
+    return found
+
+
+def torchtitan_config(lines: list[str]) -> dict:
+    """torchtitan's job-config dict as logged at start-up -> tprimat keys."""
+    for line in lines:
+        match = CONFIG_DICT.search(line)
+        if not match:
+            continue
+        try:
+            cfg = ast.literal_eval(match.group(1))
+        except (ValueError, SyntaxError):
+            continue
+        get = lambda section, key: (cfg.get(section) or {}).get(key)  # noqa: E731
+        lr = get("optimizer", "lr")
+        factor = get("lr_scheduler", "min_lr_factor")
+        found = {"lr": lr, "weight_decay": get("optimizer", "weight_decay"), "beta1": get("optimizer", "beta1"),
+                 "beta2": get("optimizer", "beta2"), "warmup_steps": get("lr_scheduler", "warmup_steps"),
+                 "min_lr": lr * factor if lr is not None and factor is not None else None,
+                 "global_batch_size": get("training", "global_batch_size"), "seq_length": get("training", "seq_len"),
+                 "micro_batch_size": get("training", "local_batch_size"),
+                 "tp": get("parallelism", "tensor_parallel_degree"), "pp": get("parallelism", "pipeline_parallel_degree"),
+                 "cp": get("parallelism", "context_parallel_degree"),
+                 "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param"))}
+        return {k: v for k, v in found.items() if v is not None}
+    return {}
+
+
+def generated_script(lines: list[str]) -> dict:
+    """Values a tprimat-generated script read back from the framework's own config objects."""
+    import json
+
+    for line in lines:
+        match = EFFECTIVE.search(line)
+        if match:
+            try:
+                return json.loads(match.group(1))
+            except ValueError:
+                return {}
+    return {}
+
+
+def from_steps(steps: list[dict], spec: TprimatConf) -> dict:
+    """What per-step lines prove: the global batch, and the peak learning rate once warm-up is over."""
+    found = {}
+    batches = {s["reported"].get("global_batch_size") for s in steps if s.get("reported")} - {None}
+    if len(batches) == 1:
+        found["global_batch_size"] = int(batches.pop())
+    lrs = [s["lr"] for s in steps if s.get("lr") is not None]
+    if lrs and len(lrs) > spec.training.optimizer.warmup_steps:
+        found["lr"] = max(lrs)
+    return found
+
+
+def audit(spec: TprimatConf, log_text: str, steps: list[dict]) -> dict:
+    lines = clean_lines(log_text)
+    effective = {**from_steps(steps, spec), **generated_script(lines), **torchtitan_config(lines),
+                 **megatron_arguments(lines)}
+    checks = []
+    for key, want in requested(spec).items():
+        if key not in effective:
+            continue
+        got = effective[key]
+        checks.append({"key": key, "requested": want, "effective": got, "ok": _same(want, got)})
+    return {"passed": all(c["ok"] for c in checks) and bool(checks), "checks": checks,
+            "unchecked": sorted(set(requested(spec)) - {c["key"] for c in checks})}
+
+
+def _same(want, got) -> bool:
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        try:
+            return math.isclose(float(want), float(got), rel_tol=1e-6, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+    return str(want) == str(got)
+
+
+def describe_failures(result: dict) -> list[str]:
+    return [f"audit: {c['key']} requested {c['requested']} but the framework ran {c['effective']}"
+            for c in result["checks"] if not c["ok"]]
+
+
+def audit_or_none(spec: TprimatConf, log_text: Optional[str], steps: list[dict]) -> Optional[dict]:
+    return audit(spec, log_text, steps) if log_text is not None else None

@@ -1,0 +1,66 @@
+"""Megatron-LM ``pretrain_gpt.py`` under torchrun, and the settings Primus passes to the same trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
+from tprimat.config.schema import TprimatConf
+from tprimat.plan import Plan
+
+
+def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
+    """Every Megatron-LM argument the spec decides (argparse dest names); True = a flag, None = omitted."""
+    m, tr, opt, par = spec.model, spec.training, spec.training.optimizer, spec.parallelism
+    head_dim = m.head_dim or m.hidden_size // m.num_attention_heads
+    recompute = {"full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+                 "selective": {"recompute_granularity": "selective"}}.get(tr.activation_checkpointing, {})
+    return {
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads, "group_query_attention": True,
+        "num_query_groups": m.num_kv_heads, "kv_channels": head_dim, "seq_length": tr.seq_length,
+        "max_position_embeddings": max(m.max_position_embeddings, tr.seq_length),
+        "position_embedding_type": "rope", "rotary_base": int(m.rope_theta),
+        "use_rope_scaling": True if m.rope_scaling_factor else None,
+        "rope_scaling_factor": m.rope_scaling_factor, "normalization": "RMSNorm", "norm_epsilon": m.rms_norm_eps,
+        "swiglu": True, "disable_bias_linear": True, "add_qkv_bias": True if m.qkv_bias else None,
+        "untie_embeddings_and_output_weights": None if m.tie_embeddings else True,
+        "attention_dropout": 0.0, "hidden_dropout": 0.0, "init_method_std": 0.02,
+        "micro_batch_size": tr.micro_batch_size, "global_batch_size": tr.global_batch_size,
+        "train_iters": tr.max_steps, "lr": opt.lr, "min_lr": opt.min_lr, "lr_warmup_iters": opt.warmup_steps,
+        "lr_decay_style": "cosine", "lr_decay_iters": tr.max_steps, "weight_decay": opt.weight_decay,
+        "adam_beta1": opt.beta1, "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip,
+        "tensor_model_parallel_size": par.tp, "pipeline_model_parallel_size": par.pp,
+        "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
+        "use_distributed_optimizer": True if par.zero_stage >= 1 else None,
+        "bf16": True if tr.precision in ("bf16", "fp8") else None,
+        "fp8_format": "hybrid" if tr.precision == "fp8" else None, **recompute,
+        "mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size,
+        "make_vocab_size_divisible_by": 128, "seed": tr.seed, "log_interval": 1, "log_throughput": True,
+        "eval_iters": 0, "eval_interval": tr.max_steps + 1, "distributed_backend": "nccl",
+    }
+
+
+def as_cli(settings: dict) -> list[str]:
+    argv = []
+    for name, value in settings.items():
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+class MegatronBackend(ExternalBackend):
+    name = "megatron"
+    log_format = "megatron"
+    path_env = "MEGATRON_LM_PATH"
+
+    def launch(self, spec: TprimatConf, plan: Plan, launch_dir: Path) -> Launch:
+        root = self.framework_path(spec) or Path("$MEGATRON_LM_PATH")
+        argv = [*torchrun(spec), str(root / "pretrain_gpt.py"), *as_cli(megatron_settings(spec, plan)),
+                *spec.framework.extra_args]
+        return Launch(argv, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, cwd=str(root))
+
+
+BACKEND = MegatronBackend()
