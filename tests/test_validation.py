@@ -56,7 +56,6 @@ BAD = [
     (["model.num_kv_heads=3"], ["model.num_attention_heads=8", "model.num_kv_heads=3", "multiple of KV heads"]),
     (["training.seq_length=4096"], ["training.seq_length=4096", "model.max_position_embeddings=2048"]),
     (["framework.name=caffe"], ["framework.name=caffe", "unknown backend", "native"]),
-    (["framework.name=megatron"], ["framework.name=megatron", "not built yet"]),
 ]
 
 
@@ -120,3 +119,20 @@ def test_type_errors_are_rejected_by_the_schema(tmp_path):
     assert proc.returncode != 0
     assert "training.max_steps" in proc.stderr
     assert not (tmp_path / "result.json").exists()
+
+
+def test_a_registered_backend_that_is_not_built_says_so(monkeypatch):
+    from tprimat import backends
+
+    monkeypatch.setitem(backends.REGISTRY, "jax", backends.BackendInfo("jax", "", "a JAX trainer"))
+    problems = problems_for(["framework.name=jax"])
+    assert any("framework.name=jax" in p and "not built yet" in p for p in problems)
+
+
+def test_a_backend_whose_package_is_missing_says_how_to_install(monkeypatch):
+    from tprimat import backends
+
+    monkeypatch.setitem(backends.REGISTRY, "ghost", backends.BackendInfo("ghost", "no_such_module.backend",
+                                                                         "a framework", "ghost"))
+    with pytest.raises(backends.BackendUnavailable, match=r"not installed.*pip install 'tprimat\[ghost\]'"):
+        backends.load("ghost")
