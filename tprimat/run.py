@@ -24,6 +24,7 @@ from tprimat.plan import Plan, make_plan
 from tprimat.records import StepRecord
 from tprimat.result import make_result, new_run_id, write_result
 from tprimat.spawn import spawn_local
+from tprimat.telemetry import Sampler, open_source
 from tprimat.validate import validate
 
 log = logging.getLogger("tprimat")
@@ -89,8 +90,12 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
     is_writer = env is None or env.rank == 0
     sink = _wandb_sink(spec, run_dir, common) if is_writer else None
     warnings = list(plan.warnings)
+    spawned = plan.world_size > 1 and env is None and not own_ranks
+    sampler, telemetry = _sampler(spec, spawned) if is_writer else (None, None)
 
     def on_step(record: StepRecord) -> None:
+        if sampler:
+            sampler.mark(measured=not record.warmup)
         if sink:
             sink.on_step(record)
         _log_step(spec, record)
@@ -115,6 +120,9 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
         error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
         log.error("run failed: %s: %s", type(exc).__name__, exc)
     summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
+    if sampler:
+        sampler.stop()
+        telemetry = sampler.summary(sum(r.tokens or 0 for r in records if not r.warmup))
     if status == "ok" and summary is None:
         status, exit_code, error = "failed", EXIT_FAILED, "no measured step was recorded"
     nonfinite = [r.step for r in records if r.loss is None or r.loss != r.loss]
@@ -129,6 +137,7 @@ def _train(spec: TprimatConf, plan: Plan, plan_dict: dict, backend, run_dir: Pat
                          summary=summary, warnings=warnings, wandb=wandb_info, **common)
     result["ranks"] = ranks
     result["audit"] = audit
+    result["telemetry"] = telemetry
     if result["framework"] is not None:
         result["framework"]["effective"] = effective
     if summary:
@@ -146,6 +155,20 @@ def _run_ranks(spec, plan, backend, run_dir, common, env, on_step):
         return run_on_this_rank(lambda cb: backend.run(spec, plan, cb, run_dir), env, device_type, on_step=on_step)
     log.info("launching %d local ranks", plan.world_size)
     return spawn_local(common["spec"], run_dir, plan.world_size)
+
+
+def _sampler(spec: TprimatConf, spawned: bool):
+    """(sampler, None) when telemetry runs, else (None, the reason it does not)."""
+    if not spec.benchmark.telemetry:
+        return None, {"source": "none", "energy_per_token_j": None, "unavailable": "benchmark.telemetry=false"}
+    if spawned:
+        return None, {"source": "none", "energy_per_token_j": None,
+                      "unavailable": "ranks ran in child processes; run under torchrun or Slurm to sample on rank 0"}
+    source, reason = open_source(spec.platform.name)
+    if source is None:
+        log.warning("telemetry %s", reason)
+        return None, {"source": "none", "energy_per_token_j": None, "unavailable": reason}
+    return Sampler(source, spec.benchmark.telemetry_interval_s).start(), None
 
 
 def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):

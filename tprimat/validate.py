@@ -65,6 +65,8 @@ def check_ranges(spec: TprimatConf) -> list[str]:
     elif opt.min_lr > opt.lr:
         problems.append(f"training.optimizer.min_lr={opt.min_lr}, training.optimizer.lr={opt.lr}: "
                         "min_lr must not exceed lr")
+    if spec.benchmark.telemetry_interval_s <= 0:
+        problems.append(f"benchmark.telemetry_interval_s={spec.benchmark.telemetry_interval_s}: must be > 0")
     for key in ("training.optimizer.beta1", "training.optimizer.beta2"):
         if not 0 <= get(spec, key) < 1:
             problems.append(f"{key}={get(spec, key)}: must be in [0, 1)")

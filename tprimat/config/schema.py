@@ -142,6 +142,8 @@ class TrainingConf(Freezable):
 class BenchmarkConf(Freezable):
     warmup_steps: int = 2  # measured and recorded, never averaged
     repeats: int = 1  # independent repetitions (fresh model, same seed) in one run
+    telemetry: bool = True  # sample power / energy / utilisation during the measured steps
+    telemetry_interval_s: float = 0.5
 
 
 @dataclass
