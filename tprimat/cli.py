@@ -23,6 +23,19 @@ def check(paths: list[str]) -> int:
     return 1 if bad else 0
 
 
+def plan(args) -> int:
+    from tprimat.config.schema import register_configs
+    from tprimat.launch import CONFIG_DIR
+    from tprimat.sweep import plan_sweep, print_points, write_csv
+
+    register_configs()
+    points = plan_sweep(list(args.overrides), CONFIG_DIR)
+    print_points(points)
+    if args.out:
+        print(f"wrote {write_csv(points, Path(args.out))}")
+    return 0 if all(p.valid for p in points) else 2
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "launch":
@@ -44,6 +57,9 @@ def main(argv: list[str] | None = None) -> None:
     from tprimat.ingest.cli import add_arguments as ingest_arguments
 
     ingest_arguments(sub.add_parser("ingest", help="turn other frameworks' logs into tprimat results"))
+    plan_parser = sub.add_parser("plan", help="validate and plan every point of a sweep without running it")
+    plan_parser.add_argument("overrides", nargs="*", help="Hydra overrides with sweep syntax: parallelism.tp=1,2,4,8")
+    plan_parser.add_argument("--out", help="CSV of every point (default: print only)")
     args = parser.parse_args(argv)
     if args.command == "check":
         sys.exit(check(args.results))
@@ -51,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         from tprimat.compare.cli import run as compare
 
         sys.exit(compare(args))
+    if args.command == "plan":
+        sys.exit(plan(args))
     if args.command == "ingest":
         from tprimat.config.schema import register_configs
         from tprimat.ingest.cli import run as ingest

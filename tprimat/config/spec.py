@@ -7,6 +7,8 @@ Nothing downstream of ``build_spec`` reads a DictConfig. ``platform.name=auto`` 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -27,12 +29,58 @@ class SpecError(ValueError):
 def build_spec(cfg: DictConfig, hw: DetectedHardware) -> TprimatConf:
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
+    return build_spec_from_plain(plain, hw)
+
+
+def build_spec_from_plain(plain: dict, hw: DetectedHardware) -> TprimatConf:
     unknown = unknown_keys(plain, TprimatConf)
     if unknown:
         raise SpecError([f"{k}: unknown key (not in the tprimat schema; check its spelling)" for k in unknown])
-    spec = spec_from_dict(plain)
+    problems: list[str] = []
+    spec = construct(TprimatConf, plain, problems)
+    if problems:
+        raise SpecError(problems)
     resolve_platform(spec, hw)
     return freeze(spec)
+
+
+def construct(cls: type, data: dict, problems: list[str], prefix: str = ""):
+    """Schema dataclasses from a plain dict (fast: no OmegaConf re-merge); wrong types go to ``problems``."""
+    hints = type_hints(cls)
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value, kind, key = data[f.name], hints[f.name], f"{prefix}{f.name}"
+        if is_dataclass(kind) and isinstance(value, dict):
+            kwargs[f.name] = construct(kind, value, problems, key + ".")
+            continue
+        if not _type_ok(kind, value):
+            problems.append(f"{key}={value!r}: must be of type {getattr(kind, '__name__', kind)}")
+        kwargs[f.name] = float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) \
+            else value
+    return cls(**kwargs)
+
+
+@functools.cache
+def type_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _type_ok(kind, value) -> bool:
+    if typing.get_origin(kind) is typing.Union:
+        return any(_type_ok(k, value) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if typing.get_origin(kind) in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in (str, bool):
+        return isinstance(value, kind)
+    return True
 
 
 def spec_from_dict(data: dict) -> TprimatConf:
@@ -70,7 +118,12 @@ def unknown_keys(data: Any, schema: type, prefix: str = "") -> list[str]:
 
 
 def _dataclass_type(f: dataclasses.Field) -> type | None:
-    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+    return _nested_types(f.default_factory) if f.default_factory is not dataclasses.MISSING else None
+
+
+@functools.cache
+def _nested_types(factory) -> type | None:
+    default = factory()
     return type(default) if is_dataclass(default) else None
 
 
