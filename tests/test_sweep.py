@@ -53,3 +53,64 @@ def test_plan_command_writes_a_csv_and_exits_2_when_a_point_is_invalid(tmp_path)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 8 and {r["valid"] for r in rows} == {"True", "False"}
     assert "tprimat plan: 8 points" in proc.stdout
+
+
+# ---------------------------------------------------------------- launching sweeps
+
+QUICK_RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
+             "logging.wandb.mode=disabled"]
+
+
+def sweep(sweep_dir, *overrides, timeout=600):
+    return subprocess.run([sys.executable, str(CONF.parent / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+                           *overrides], cwd=sweep_dir.parent, capture_output=True, text=True, timeout=timeout)
+
+
+def result_of(path):
+    import json
+
+    return json.loads((path / "result.json").read_text())
+
+
+def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(tmp_path):
+    proc = sweep(tmp_path / "s", "parallelism.tp=2,1", *QUICK_RUN, f"resume_from={tmp_path / 'none'}")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    invalid, ok = result_of(tmp_path / "s" / "0"), result_of(tmp_path / "s" / "1")
+    assert invalid["status"] == "invalid" and "parallelism.tp=2" in invalid["error"] and invalid["steps"] == []
+    assert not (tmp_path / "s" / "0" / ".hydra").exists()  # never launched: Hydra never ran the job
+    assert ok["status"] == "ok" and ok["spec_hash"]
+    rows = list(csv.DictReader((tmp_path / "s" / "sweep_summary.csv").open()))
+    assert [r["status"] for r in rows] == ["invalid", "ok"] and "world size" in rows[0]["reason"]
+    assert float(rows[1]["tokens_per_s_per_device"]) > 0
+    assert "| 1 |" in (tmp_path / "s" / "sweep_summary.md").read_text()
+
+
+def test_resume_skips_finished_points_and_reruns_failed_or_missing_ones(tmp_path):
+    import json
+
+    first = tmp_path / "first"
+    assert sweep(first, "training.seed=1,2,3", *QUICK_RUN, f"resume_from={tmp_path}").returncode == 0
+    (first / "1" / "result.json").unlink()  # missing
+    failed = result_of(first / "2")
+    failed["status"] = "failed"  # as if the job had died
+    (first / "2" / "result.json").write_text(json.dumps(failed))
+    second = tmp_path / "second"
+    proc = sweep(second, "training.seed=1,2,3", *QUICK_RUN, f"resume_from={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader((second / "sweep_summary.csv").open()))
+    assert [r["status"] for r in rows] == ["skipped", "ok", "ok"]
+    assert str(first / "0") in rows[0]["reason"]
+    assert not (second / "0" / "result.json").exists()
+
+
+def test_submitit_local_one_task_per_rank(tmp_path):
+    pytest.importorskip("submitit")
+    proc = sweep(tmp_path / "s", "hydra/launcher=tprimat_submitit_local", "hydra.launcher.tasks_per_node=2",
+                 "hydra.launcher.timeout_min=5", "platform=cpu", "platform.devices_per_node=2", *QUICK_RUN,
+                 "parallelism.fsdp=false,true", f"resume_from={tmp_path / 'none'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for point in ("0", "1"):
+        result = result_of(tmp_path / "s" / point)
+        assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
+        assert result["environment"]["env"]["WORLD_SIZE"] == "2"  # initialised from the submitit tasks
+        assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()  # written once, by rank 0

@@ -33,11 +33,14 @@ def task(cfg: DictConfig) -> int:
 
 
 def main() -> None:
+    from tprimat.sweep_launch import LAST_SUMMARY
+
     task()
-    if SWEEP_OUTCOMES:
-        bad = [(point, status) for point, status in SWEEP_OUTCOMES if status not in ("ok", "dry_run")]
+    outcomes = [(row["overrides"], row["status"]) for row in LAST_SUMMARY] or SWEEP_OUTCOMES
+    if outcomes:
+        bad = [(point, status) for point, status in outcomes if status not in ("ok", "dry_run", "skipped")]
         log = logging.getLogger("tprimat")
-        log.info("sweep: %d points, %d ok, %d not ok", len(SWEEP_OUTCOMES), len(SWEEP_OUTCOMES) - len(bad), len(bad))
+        log.info("sweep: %d points, %d ok, %d not ok", len(outcomes), len(outcomes) - len(bad), len(bad))
         for point, status in bad:
             log.info("  %s: %s", status, point or "(defaults)")
         sys.exit(1 if bad else 0)

@@ -29,7 +29,8 @@ def new_run_id() -> str:
 def make_result(*, run_id: str, status: str, spec: Optional[dict], plan: Optional[dict] = None,
                 environment: Optional[dict] = None, steps: Optional[list] = None, summary: Optional[dict] = None,
                 error: Optional[str] = None, warnings: Optional[list] = None, framework: Optional[dict] = None,
-                overrides: Optional[list] = None, wandb: Optional[dict] = None) -> dict:
+                overrides: Optional[list] = None, wandb: Optional[dict] = None,
+                spec_hash: Optional[str] = None) -> dict:
     from tprimat import __version__
 
     if status not in STATUSES:
@@ -42,6 +43,7 @@ def make_result(*, run_id: str, status: str, spec: Optional[dict], plan: Optiona
         "status": status,
         "error": error,
         "spec": spec,
+        "spec_hash": spec_hash,
         "overrides": overrides or [],
         "framework": framework,
         "plan": plan,

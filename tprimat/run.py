@@ -24,6 +24,7 @@ from tprimat.plan import Plan, make_plan
 from tprimat.records import StepRecord
 from tprimat.result import make_result, new_run_id, write_result
 from tprimat.spawn import spawn_local
+from tprimat.sweep import spec_hash
 from tprimat.telemetry import Sampler, open_source
 from tprimat.validate import validate
 
@@ -58,7 +59,8 @@ def execute(cfg: DictConfig, run_dir: Path, overrides: Optional[list] = None) ->
     plan = make_plan(spec, hw)
     plan = replace(plan, backend=backend.name, backend_description=backend.describe(spec, plan))
     backend_problems = backend.check(spec, plan)
-    common.update(spec=spec_to_dict(spec), framework={"name": backend.name, "version": backend.version()})
+    common.update(spec=spec_to_dict(spec), framework={"name": backend.name, "version": backend.version()},
+                  spec_hash=spec_hash(spec_to_dict(spec)))
     plan_dict = {**plan.as_dict(), "backend_problems": backend_problems}
     if hasattr(backend, "config"):  # a generated framework config (DeepSpeed JSON), shown before anything runs
         plan_dict["backend_config"] = backend.config(spec, plan)
@@ -191,7 +193,7 @@ def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[di
              plan: Optional[dict] = None) -> Outcome:
     for line in problems:
         log.error("invalid: %s", line)
-    fields = {k: v for k, v in common.items() if k not in ("spec", "framework")}
+    fields = {k: v for k, v in common.items() if k not in ("spec", "framework", "spec_hash")}
     result = make_result(status="invalid", error="\n".join(problems), spec=spec, plan=plan,
                          framework=common.get("framework"), **fields)
     return _finish(result, run_dir, EXIT_INVALID)

@@ -125,7 +125,7 @@ def spec_hash(spec_dict: dict) -> str:
     import hashlib
     import json
 
-    blob = {k: v for k, v in spec_dict.items() if k not in ("logging", "run_name")}
+    blob = {k: v for k, v in spec_dict.items() if k not in ("logging", "run_name", "resume_from")}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -173,6 +173,7 @@ class TprimatConf(Freezable):
     logging: LoggingConf = field(default_factory=LoggingConf)
     dry_run: bool = False
     run_name: Optional[str] = None
+    resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here
 
 
 def register_configs() -> None:

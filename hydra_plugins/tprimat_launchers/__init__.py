@@ -1,0 +1,1 @@
+"""Hydra launcher plugins of tprimat (discovered through the hydra_plugins namespace package)."""

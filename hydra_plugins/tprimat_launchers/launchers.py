@@ -1,0 +1,142 @@
+"""Sweep launchers: every point is validated before anything is launched; invalid points are recorded
+(status invalid, the reason) and never launched or submitted; points whose identical spec already finished ok
+are skipped (resume); a job that is cancelled, times out or dies is recorded as failed with the reason; the
+sweep ends with a summary table printed and saved in the sweep directory.
+"""
+
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger("tprimat")
+
+
+@dataclass
+class PointState:
+    idx: int
+    overrides: List[str]
+    run_dir: Path
+    status: str = "pending"  # pending | invalid | skipped | launched
+    reason: str = ""
+    spec_hash: Optional[str] = None
+
+
+class TprimatSweepMixin(Launcher):
+    config: Optional[DictConfig] = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    # -- before anything runs ---------------------------------------------------------------------------
+    def prepare(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[PointState]:
+        from tprimat.sweep_launch import prepare_point
+
+        setup_globals()
+        points = []
+        for offset, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + offset
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = idx
+                sweep_config.hydra.job.num = idx
+            run_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+            point = PointState(idx, list(overrides), run_dir)
+            prepare_point(point, sweep_config)
+            points.append(point)
+        for p in points:
+            if p.status != "pending":
+                log.info("#%d %s: %s (%s)", p.idx, " ".join(filter_overrides(p.overrides)), p.status, p.reason)
+        return points
+
+    def finish(self, points: List[PointState], returns: List[JobReturn]) -> List[JobReturn]:
+        from tprimat.sweep_launch import write_summary
+
+        write_summary(points, Path(str(self.config.hydra.sweep.dir)))
+        return returns
+
+
+class TprimatBasicLauncher(TprimatSweepMixin):
+    """Runs the valid points one after another in this process (Hydra's basic launcher, validated first)."""
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        points = self.prepare(job_overrides, initial_job_idx)
+        returns = []
+        for point in (p for p in points if p.status == "pending"):
+            point.status = "launched"
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, point.overrides)
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = point.idx
+                sweep_config.hydra.job.num = point.idx
+            returns.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                                   config=sweep_config, job_dir_key="hydra.sweep.dir",
+                                   job_subdir_key="hydra.sweep.subdir"))
+        return self.finish(points, returns)
+
+
+class TprimatSubmititLauncher(TprimatSweepMixin):
+    """Submits the valid points through submitit, one task per rank; collects every job's outcome."""
+
+    executor_kind = "local"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                       for k, v in params.items()}
+
+    def __call__(self, overrides: List[str], idx: int, singleton_state) -> JobReturn:
+        """Runs inside each submitted task (one per rank)."""
+        from tprimat.sweep_launch import init_task_rank
+
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        rank = init_task_rank()
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = os.environ.get("SLURM_JOB_ID", str(idx))
+            sweep_config.hydra.job.num = idx
+            if rank != 0:  # Hydra's output files are written once, by rank 0
+                sweep_config.hydra.output_subdir = None
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from tprimat.sweep_launch import collect, make_executor
+
+        points = self.prepare(job_overrides, initial_job_idx)
+        todo = [p for p in points if p.status == "pending"]
+        returns: List[JobReturn] = []
+        if todo:
+            executor = make_executor(self.executor_kind, self.params)
+            state = Singleton.get_state()
+            jobs = executor.map_array(self, [p.overrides for p in todo], [p.idx for p in todo], [state] * len(todo))
+            for point, job in zip(todo, jobs):
+                point.status = "launched"
+                log.info("#%d submitted as job %s: %s", point.idx, job.job_id, " ".join(filter_overrides(point.overrides)))
+            returns = [collect(point, job) for point, job in zip(todo, jobs)]
+        return self.finish(points, returns)
+
+
+class TprimatLocalLauncher(TprimatSubmititLauncher):
+    executor_kind = "local"
+
+
+class TprimatSlurmLauncher(TprimatSubmititLauncher):
+    executor_kind = "slurm"
+
+
+__all__ = ["TprimatBasicLauncher", "TprimatLocalLauncher", "TprimatSlurmLauncher", "JobStatus"]
