@@ -114,3 +114,15 @@ def test_submitit_local_one_task_per_rank(tmp_path):
         assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
         assert result["environment"]["env"]["WORLD_SIZE"] == "2"  # initialised from the submitit tasks
         assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()  # written once, by rank 0
+
+
+def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
+    from tprimat.wandb_offline import find_offline_runs, read_offline_run
+
+    proc = sweep(tmp_path / "day" / "time", "training.seed=1,2", *QUICK_RUN[:3], f"resume_from={tmp_path / 'none'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = [read_offline_run(p) for p in find_offline_runs(tmp_path / "day")]
+    assert len(runs) == 2 and {r.group for r in runs} == {"sweep-day-time"}
+    assert all({"platform:cpu", "framework:native", "model:llama_tiny", "methodology:maximum_performance"}
+               <= set(r.tags) for r in runs)
+    assert all(r.summary["tokens_per_s"] > 0 for r in runs)

@@ -23,6 +23,8 @@ register_configs()
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def task(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logging.wandb.group is None:  # one W&B group per sweep
+        cfg.logging.wandb.group = sweep_group(Path(str(hydra_cfg.sweep.dir)))
     outcome = execute(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
     if hydra_cfg.mode == RunMode.MULTIRUN:  # one bad point never stops a sweep
         SWEEP_OUTCOMES.append((" ".join(hydra_cfg.overrides.task), outcome.status))
@@ -30,6 +32,11 @@ def task(cfg: DictConfig) -> int:
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)
     return outcome.exit_code
+
+
+def sweep_group(sweep_dir: Path) -> str:
+    """W&B group of a sweep: its directory (outputs/multirun/<date>/<time> -> sweep-<date>-<time>)."""
+    return "sweep-" + "-".join(sweep_dir.resolve().parts[-2:])
 
 
 def main() -> None:

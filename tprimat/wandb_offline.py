@@ -21,6 +21,8 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 @dataclass
 class OfflineRun:
     run_id: str = ""
+    group: str = ""
+    tags: list = field(default_factory=list)
     config: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
@@ -70,7 +72,7 @@ def read_offline_run(path: Path) -> OfflineRun:
         record.ParseFromString(raw)
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            run.run_id = record.run.run_id
+            run.run_id, run.group, run.tags = record.run.run_id, record.run.run_group, list(record.run.tags)
             run.config.update({i.key: _value(i.value_json) for i in record.run.config.update})
         elif kind == "config":
             run.config.update({i.key: _value(i.value_json) for i in record.config.update})

@@ -19,10 +19,13 @@ class WandbSink:
         import wandb
 
         self.steps_per_repeat = steps_per_repeat
+        tags = [f"platform:{config['platform']['name']}", f"gpu:{config['platform']['gpu'] or 'none'}",
+                f"framework:{config['framework']['name']}", f"model:{config['model']['name']}",
+                f"methodology:{config['methodology']['name']}", *conf.tags]
         settings = wandb.Settings(console="off", x_disable_stats=True, x_save_requirements=False,
                                   disable_git=True)
         self.run = wandb.init(mode=conf.mode, project=conf.project, entity=conf.entity, group=conf.group,
-                              tags=list(conf.tags) or None, name=name, id=run_id.replace(":", "-"),
+                              tags=tags, name=name, id=run_id.replace(":", "-"),
                               dir=str(run_dir), config=config, settings=settings, reinit="create_new")
 
     def on_step(self, record: StepRecord) -> None:
@@ -36,6 +39,7 @@ class WandbSink:
         for key, value in flatten(summary or {}).items():
             self.run.summary[key] = value
         info = {"mode": self.run.settings.mode, "id": self.run.id, "project": self.run.project,
+                "group": self.run.group, "tags": list(self.run.tags),
                 "offline_dir": Path(self.run.dir).parent.name if self.run.settings.mode == "offline" else None}
         self.run.finish(exit_code=0 if status in ("ok", "dry_run") else 1)
         return info
