@@ -62,6 +62,7 @@ QUICK_RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optim
 
 
 def sweep(sweep_dir, *overrides, timeout=600):
+    sweep_dir.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run([sys.executable, str(CONF.parent / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
                            *overrides], cwd=sweep_dir.parent, capture_output=True, text=True, timeout=timeout)
 
