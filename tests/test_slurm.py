@@ -1,0 +1,65 @@
+"""Sweeps on a REAL Slurm: a private single-node cluster (Debian's slurmctld/slurmd/slurmdbd, munge, MariaDB for
+accounting) started on loopback for these tests, a 2-point sweep with 2 tasks (gloo ranks) per point, and a
+cancelled job recorded as failed. Needs root and Debian's packages (installed by the fixture when missing)."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.slurm_cluster import Cluster, install
+
+pytest.importorskip("submitit")
+RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
+       "logging.wandb.mode=disabled", "platform=cpu", "platform.devices_per_node=2", "benchmark.telemetry=false"]
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+         "hydra.launcher.timeout_min=5", "hydra.launcher.signal_delay_s=15"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = install()
+    if why:
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("slurm")).start()
+    yield c
+    c.stop()
+
+
+def sweep_cmd(sweep_dir, *overrides):
+    return [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *SLURM, *overrides,
+            f"resume_from={sweep_dir}/none"]
+
+
+def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
+    proc = subprocess.run(sweep_cmd(tmp_path / "s", *RUN, "parallelism.fsdp=false,true"), cwd=tmp_path,
+                          env=cluster.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for point in ("0", "1"):
+        result = json.loads((tmp_path / "s" / point / "result.json").read_text())
+        assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
+        assert result["environment"]["env"]["SLURM_NTASKS"] == "2"  # initialised from Slurm's tasks
+        assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()
+    jobs = cluster.run("sacct", "-n", "-X", "-o", "State").stdout.split()
+    assert jobs.count("COMPLETED") >= 2
+
+
+def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
+    long_run = [o for o in RUN if not o.startswith("training.max_steps")] + ["training.max_steps=100000"]
+    proc = subprocess.Popen(sweep_cmd(tmp_path / "s", *long_run), cwd=tmp_path, env=cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, job = time.monotonic() + 120, ""
+    while time.monotonic() < deadline and not job:
+        job = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.strip()
+        time.sleep(1)
+    assert job, "the job never started"
+    time.sleep(5)
+    assert cluster.run("scancel", job.split()[0]).returncode == 0
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output[-3000:]
+    result = json.loads((tmp_path / "s" / "0" / "result.json").read_text())
+    assert result["status"] == "failed" and "CANCELLED" in result["error"]
+    assert "failed" in (tmp_path / "s" / "sweep_summary.csv").read_text()
