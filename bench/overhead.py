@@ -2,7 +2,7 @@
 
 Bare: ``trainer.step`` in a loop, one device sync at the end. Instrumented: the same steps through
 ``tprimat.measure.run_measured`` (device-synchronised clock, memory probe, loss/grad-norm reads, step
-records, a formatted log line per step). Rounds alternate their order; the ratio is the median of the
+records, a formatted log line per step) with the telemetry sampler running on its thread. Rounds alternate their order; the ratio is the median of the
 per-round ratios. Last line: ``overhead_ratio=<x>`` (target: at most 1.01).
 
     python bench/overhead.py [--rounds 7] [--steps 8] [hydra overrides, e.g. model=qwen_tiny]
@@ -30,6 +30,7 @@ from tprimat.config.spec import build_spec  # noqa: E402
 from tprimat.detect import detect  # noqa: E402
 from tprimat.measure import run_measured  # noqa: E402
 from tprimat.plan import make_plan  # noqa: E402
+from tprimat.telemetry import Sampler, open_source  # noqa: E402
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -50,11 +51,13 @@ def bare(trainer: NativeTrainer, first: int, steps: int, device: torch.device) -
 
 
 def instrumented(trainer: NativeTrainer, first: int, steps: int, device: torch.device, log: logging.Logger,
-                 tokens: int) -> float:
+                 tokens: int, sampler) -> float:
     records = []
 
     def on_step(r):
         records.append(r)
+        if sampler:
+            sampler.mark(measured=True)
         log.info("step %d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | %.0f tokens/s",
                  r.step, r.loss, r.lr, r.grad_norm, r.step_time_s, r.tokens / r.step_time_s)
 
@@ -83,6 +86,8 @@ def main() -> None:
     log.setLevel(logging.INFO)
     log.propagate = False
 
+    source, _ = open_source(spec.platform.name)
+    sampler = Sampler(source, spec.benchmark.telemetry_interval_s).start() if source else None
     bare(trainer, 0, 2, device)  # burn-in: allocator, kernels, autotuning
     step, ratios, bare_s, inst_s = 2, [], [], []
     for r in range(args.rounds):
@@ -92,12 +97,15 @@ def main() -> None:
             if kind == "bare":
                 times[kind] = bare(trainer, step, args.steps, device)
             else:
-                times[kind] = instrumented(trainer, step, args.steps, device, log, plan.tokens_per_step)
+                times[kind] = instrumented(trainer, step, args.steps, device, log, plan.tokens_per_step, sampler)
             step += args.steps
         ratios.append(times["inst"] / times["bare"])
         bare_s.append(times["bare"] / args.steps)
         inst_s.append(times["inst"] / args.steps)
-    print(f"model={spec.model.name} device={device} steps/round={args.steps} rounds={args.rounds}")
+    if sampler:
+        sampler.stop()
+    print(f"model={spec.model.name} device={device} steps/round={args.steps} rounds={args.rounds} "
+          f"telemetry={source.name if source else 'unavailable'}")
     print(f"median step time: bare {statistics.median(bare_s) * 1e3:.2f} ms, "
           f"instrumented {statistics.median(inst_s) * 1e3:.2f} ms")
     print(f"per-round ratios: {' '.join(f'{x:.4f}' for x in ratios)}")
