@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tprimat.backends.base import StepSink
 from tprimat.backends.native.data import SyntheticTokens
 from tprimat.backends.native.model import Decoder
-from tprimat.backends.native.optim import lr_at
+from tprimat.backends.native.optim import batch_phrase, lr_at, optimizer_settings
 from tprimat.backends.native.parallelize import apply_activation_checkpointing
 from tprimat.config.schema import TprimatConf
 from tprimat.measure import run_measured
@@ -84,11 +84,7 @@ class DeepSpeedTrainer:
         return total, torch.as_tensor(float(grad_norm) if grad_norm is not None else float("nan")), lr
 
     def effective_settings(self) -> dict:
-        groups = self.optimizer.param_groups
-        return {"optimizer": type(getattr(self.optimizer, "optimizer", self.optimizer)).__name__,
-                "betas": list(groups[0]["betas"]), "eps": groups[0]["eps"],
-                "weight_decay": max(g["weight_decay"] for g in groups),
-                "grad_clip": self.engine.gradient_clipping(),
+        return {**optimizer_settings(self.optimizer), "grad_clip": self.engine.gradient_clipping(),
                 "micro_batch_size": self.engine.train_micro_batch_size_per_gpu(),
                 "grad_accum_steps": self.engine.gradient_accumulation_steps(),
                 "zero_stage": self.engine.zero_optimization_stage(),
@@ -105,9 +101,9 @@ class DeepSpeedBackend:
         return f"deepspeed {deepspeed.__version__}, torch {torch.__version__}"
 
     def describe(self, spec: TprimatConf, plan: Plan) -> str:
+        tr = spec.training
         return (f"DeepSpeed ZeRO-{spec.parallelism.zero_stage} engine around the native {spec.model.family} decoder: "
-                f"{plan.dp} data-parallel process(es), {plan.grad_accum_steps} x {spec.training.micro_batch_size} "
-                f"sequences of {spec.training.seq_length} per device and step, {spec.training.precision}")
+                + batch_phrase(tr.micro_batch_size, tr.seq_length, plan.dp, plan.grad_accum_steps, tr.precision))
 
     def config(self, spec: TprimatConf, plan: Plan) -> dict:
         return ds_config(spec, plan)

@@ -10,7 +10,7 @@ import torch
 
 from tprimat.backends.base import StepSink
 from tprimat.backends.native.data import SyntheticTokens
-from tprimat.backends.native.optim import build_optimizer, lr_at, set_lr
+from tprimat.backends.native.optim import batch_phrase, build_optimizer, lr_at, optimizer_settings, set_lr
 from tprimat.config.schema import TprimatConf
 from tprimat.measure import MemoryProbe, StepClock
 from tprimat.plan import Plan
@@ -35,10 +35,7 @@ class SyntheticDataset(torch.utils.data.Dataset):
 
 
 def effective_settings(optimizer, args, scheduler_name: str) -> dict:
-    group = optimizer.param_groups[0]
-    return {"optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__, "betas": list(group["betas"]),
-            "eps": group["eps"], "weight_decay": max(g["weight_decay"] for g in optimizer.param_groups),
-            "grad_clip": args.max_grad_norm, "micro_batch_size": args.per_device_train_batch_size,
+    return {**optimizer_settings(optimizer), "grad_clip": args.max_grad_norm, "micro_batch_size": args.per_device_train_batch_size,
             "grad_accum_steps": args.gradient_accumulation_steps, "lr_schedule": scheduler_name,
             "precision": "bf16" if args.bf16 else "fp32"}
 
@@ -54,9 +51,9 @@ class TransformersBackend:
     def describe(self, spec: TprimatConf, plan: Plan) -> str:
         from tprimat.backends.hf.model import CLASSES
 
+        tr = spec.training
         return (f"Hugging Face {CLASSES[spec.model.family][1]} (random init, sdpa) trained by the Trainer: "
-                f"{plan.dp} data-parallel process(es), {plan.grad_accum_steps} x {spec.training.micro_batch_size} "
-                f"sequences of {spec.training.seq_length} per device and step, {spec.training.precision}")
+                + batch_phrase(tr.micro_batch_size, tr.seq_length, plan.dp, plan.grad_accum_steps, tr.precision))
 
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
         par, problems = spec.parallelism, []

@@ -33,3 +33,15 @@ def build_optimizer(model: nn.Module, training: TrainingConf) -> torch.optim.Opt
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def optimizer_settings(optimizer) -> dict:
+    """What an optimizer actually holds (unwrapping Accelerate / DeepSpeed wrappers): class, betas, eps, decay."""
+    groups = optimizer.param_groups
+    return {"optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__, "betas": list(groups[0]["betas"]),
+            "eps": groups[0]["eps"], "weight_decay": max(g["weight_decay"] for g in groups)}
+
+
+def batch_phrase(micro_batch_size: int, seq_length: int, dp: int, grad_accum_steps: int, precision: str) -> str:
+    return (f"{dp} data-parallel process(es), {grad_accum_steps} x {micro_batch_size} sequences of {seq_length} "
+            f"per device and step, {precision}")

@@ -12,7 +12,7 @@ from torch import nn
 
 from tprimat.backends.native.data import SyntheticTokens
 from tprimat.backends.native.model import Decoder
-from tprimat.backends.native.optim import build_optimizer, lr_at, set_lr
+from tprimat.backends.native.optim import build_optimizer, lr_at, optimizer_settings, set_lr
 from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_layout, parallelize, uses_autocast
 from tprimat.config.schema import TprimatConf
 from tprimat.plan import Plan
@@ -105,9 +105,7 @@ class NativeTrainer:
 
     def effective_settings(self) -> dict:
         """What this trainer actually runs, read back from its optimizer and layout."""
-        groups = self.optimizer.param_groups
-        return {"optimizer": type(self.optimizer).__name__, "betas": list(groups[0]["betas"]), "eps": groups[0]["eps"],
-                "weight_decay": max(g["weight_decay"] for g in groups), "grad_clip": self.spec.training.optimizer.grad_clip,
+        return {**optimizer_settings(self.optimizer), "grad_clip": self.spec.training.optimizer.grad_clip,
                 "micro_batch_size": self.spec.training.micro_batch_size, "grad_accum_steps": self.plan.grad_accum_steps,
                 "lr_schedule": "tprimat warmup_cosine", "precision": self.spec.training.precision,
                 "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
