@@ -35,7 +35,8 @@ class SyntheticDataset(torch.utils.data.Dataset):
 
 
 def effective_settings(optimizer, args, scheduler_name: str) -> dict:
-    return {**optimizer_settings(optimizer), "grad_clip": args.max_grad_norm, "micro_batch_size": args.per_device_train_batch_size,
+    return {**optimizer_settings(optimizer), "grad_clip": args.max_grad_norm,
+            "micro_batch_size": args.per_device_train_batch_size,
             "grad_accum_steps": args.gradient_accumulation_steps, "lr_schedule": scheduler_name,
             "precision": "bf16" if args.bf16 else "fp32"}
 
