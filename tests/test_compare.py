@@ -274,3 +274,25 @@ def test_results_of_different_schema_versions_are_not_compared(real):
     future["schema_version"] = "2.0"
     [s] = speedups(groups_of(a, future))
     assert s.refused and "schema versions differ" in s.refused
+
+
+def test_compare_reads_ingested_real_logs(tmp_path):
+    """Results ingested from real Primus runs (Llama 3.1 8B, 8 AMD GPUs) group and compare like live ones."""
+    from tests.conftest import ROOT
+    from tprimat.ingest.build import Meta, ingest_file
+
+    log = ROOT.parent / "shared" / "logs" / "primus_3.log"
+    if not log.exists():
+        pytest.skip("corpus not present")
+    meta = Meta(["model=llama", "platform=amd", "platform.gpu=mi300x", "platform.devices_per_node=8",
+                 "training.seq_length=8192", "training.global_batch_size=128", "training.micro_batch_size=2"],
+                warmup_steps=2)
+    write_result(ingest_file(log, meta), tmp_path / "primus_3")
+    [group] = build_groups(load([str(tmp_path)]).results)
+    m = group.metrics
+    assert m["measured_steps"] == 48 and m["tokens_per_s_per_device"] > 0
+    assert m["tflops_per_device"] < 1307.4 and not any(f.startswith("IMPOSSIBLE") for f in group.flags)
+    summary = group.first["summary"]
+    assert summary["reported_tflops_per_device"] > 0 and summary["reported_flops_convention"]
+    assert m["usd_per_1t_tokens"] is not None and m["energy_is_estimate"]
+    assert compare(tmp_path, "--out", tmp_path / "report").returncode == 0

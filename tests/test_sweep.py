@@ -70,7 +70,11 @@ def sweep(sweep_dir, *overrides, timeout=600):
 def result_of(path):
     import json
 
-    return json.loads((path / "result.json").read_text())
+    from tprimat.result import validate_result
+
+    result = json.loads((path / "result.json").read_text())
+    assert validate_result(result) == [], validate_result(result)
+    return result
 
 
 def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(tmp_path):
