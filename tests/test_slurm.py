@@ -43,8 +43,20 @@ def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
         assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
         assert result["environment"]["env"]["SLURM_NTASKS"] == "2"  # initialised from Slurm's tasks
         assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()
-    jobs = cluster.run("sacct", "-n", "-X", "-o", "State").stdout.split()
-    assert jobs.count("COMPLETED") >= 2
+    jobs = settled_jobs(cluster)
+    assert [state for _, state in jobs].count("COMPLETED") >= 2, jobs
+
+
+def settled_jobs(cluster, timeout_s: float = 60) -> list[tuple[str, str]]:
+    """sacct's (job, state) once no job is still ending: the sweep returns as soon as every point's result
+    exists, which can be a moment before Slurm has recorded the job's end."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = cluster.run("sacct", "-n", "-X", "-P", "-o", "JobID,State").stdout
+        jobs = [tuple(line.split("|")[:2]) for line in out.splitlines() if "|" in line]
+        if time.monotonic() > deadline or not any(s in ("PENDING", "RUNNING", "COMPLETING") for _, s in jobs):
+            return jobs
+        time.sleep(1)
 
 
 def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
