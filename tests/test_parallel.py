@@ -91,3 +91,13 @@ def test_world_size_mismatch_with_torchrun_is_invalid(tmp_path, monkeypatch):
 def test_multi_node_needs_an_external_launcher(tmp_path):
     out = run_inprocess(tmp_path, [*STEPS, "platform.nodes=2"])
     assert out.status == "invalid" and "torchrun or Slurm" in out.result["error"]
+
+
+@pytest.mark.parametrize("nodelist, host", [("localhost", "localhost"), ("node[07-09,12],gpu3", "node07"),
+                                            ("gpu-a,gpu-b", "gpu-a"), ("rack1-n[3]", "rack1-n3"),
+                                            ("dgx[001-128]", "dgx001")])
+def test_slurm_rendezvous_on_the_first_node(nodelist, host):
+    from tprimat.distributed import slurm_rendezvous
+
+    env = slurm_rendezvous({"SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "123456"})
+    assert env == {"MASTER_ADDR": host, "MASTER_PORT": str(20000 + 123456 % 20000)}

@@ -15,7 +15,7 @@ from tests.slurm_cluster import Cluster, install
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
        "logging.wandb.mode=disabled", "platform=cpu", "platform.devices_per_node=2", "benchmark.telemetry=false"]
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
+SLURM = ["hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
          "hydra.launcher.timeout_min=5", "hydra.launcher.signal_delay_s=15"]
 
 
@@ -29,13 +29,14 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-def sweep_cmd(sweep_dir, *overrides):
-    return [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *SLURM, *overrides,
+def sweep_cmd(sweep_dir, *overrides, launcher="slurm"):
+    return [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+            f"hydra/launcher={launcher}", *SLURM, *overrides,
             f"resume_from={sweep_dir}/none"]
 
 
 def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
-    proc = subprocess.run(sweep_cmd(tmp_path / "s", *RUN, "parallelism.fsdp=false,true"), cwd=tmp_path,
+    proc = subprocess.run(sweep_cmd(tmp_path / "s", *RUN, "parallelism.fsdp=false,true", launcher="submitit_slurm"), cwd=tmp_path,
                           env=cluster.env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for point in ("0", "1"):
@@ -75,3 +76,17 @@ def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
     result = json.loads((tmp_path / "s" / "0" / "result.json").read_text())
     assert result["status"] == "failed" and "CANCELLED" in result["error"]
     assert "failed" in (tmp_path / "s" / "sweep_summary.csv").read_text()
+
+
+def test_srun_one_task_per_rank(cluster, tmp_path):
+    """``srun -n 2 python launch.py``: each task initialises torch.distributed from Slurm's environment (the
+    job's first node and a port from the job id); rank 0 alone writes the result and Hydra's config dump."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(["srun", "-n", "2", "--cpus-per-task=1", "--time=5", sys.executable, str(ROOT / "launch.py"),
+                           f"hydra.run.dir={run_dir}", *RUN], cwd=tmp_path, env=cluster.env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
+    assert result["environment"]["env"]["SLURM_NTASKS"] == "2"
+    assert (run_dir / ".hydra" / "config.yaml").exists()

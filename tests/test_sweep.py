@@ -110,7 +110,7 @@ def test_resume_skips_finished_points_and_reruns_failed_or_missing_ones(tmp_path
 
 def test_submitit_local_one_task_per_rank(tmp_path):
     pytest.importorskip("submitit")
-    proc = sweep(tmp_path / "s", "hydra/launcher=tprimat_submitit_local", "hydra.launcher.tasks_per_node=2",
+    proc = sweep(tmp_path / "s", "hydra/launcher=submitit_local",
                  "hydra.launcher.timeout_min=5", "platform=cpu", "platform.devices_per_node=2", *QUICK_RUN,
                  "parallelism.fsdp=false,true", f"resume_from={tmp_path / 'none'}")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,6 +4,7 @@ set-up, and the gather of every rank's step times so a result shows the slowest 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
@@ -33,11 +34,29 @@ def rank_env() -> Optional[RankEnv]:
     return None
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``node[07-09,12],gpu3`` -> ``node07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a Slurm node list")
+    prefix, ranges = match.groups()
+    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+
+
+def slurm_rendezvous(environ=os.environ) -> dict[str, str]:
+    """MASTER_ADDR and MASTER_PORT for ranks started by srun (one task per rank): the job's first node, and a
+    port derived from the job id so that two jobs sharing a node do not collide."""
+    return {"MASTER_ADDR": first_host(environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST", "")),
+            "MASTER_PORT": str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)}
+
+
 def init_process_group(env: RankEnv, device_type: str) -> None:
     if device_type == "cuda":
         torch.cuda.set_device(env.local_rank)
     elif env.source == "tprimat":  # local ranks: keep gloo on loopback
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if env.source == "slurm" and "MASTER_ADDR" not in os.environ:
+        os.environ.update(slurm_rendezvous())
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     init_method = os.environ.get("TPRIMAT_INIT_METHOD", "env://")
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -18,6 +19,9 @@ CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
 
 register_configs()
+# conf/hydra/launcher/submitit_{slurm,local}.yaml reuse hydra-submitit-launcher's names and keys for tprimat's
+# launchers; Hydra checks them against that plugin's schema of the same name (wanted) and warns that it does.
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_(slurm|local)' is validated against")
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
@@ -40,8 +44,12 @@ def sweep_group(sweep_dir: Path) -> str:
 
 
 def main() -> None:
+    from tprimat.distributed import rank_env
     from tprimat.sweep_launch import LAST_SUMMARY
 
+    env = rank_env()
+    if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
+        sys.argv.append("hydra.output_subdir=null")
     task()
     outcomes = [(row["overrides"], row["status"]) for row in LAST_SUMMARY] or SWEEP_OUTCOMES
     if outcomes:

@@ -94,7 +94,8 @@ def init_task_rank() -> int:
 GENERIC = ("timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name",
            "stderr_to_stdout")
 SLURM_ONLY = ("partition", "qos", "account", "constraint", "signal_delay_s", "array_parallelism",
-              "additional_parameters", "setup", "srun_args")
+              "additional_parameters", "setup", "srun_args", "comment", "exclude", "gres", "cpus_per_gpu",
+              "gpus_per_task", "mem_per_gpu", "mem_per_cpu")
 
 
 def make_executor(kind: str, params: dict):
