@@ -11,6 +11,7 @@ WORKDIR /opt/tprimat
 COPY pyproject.toml README.md launch.py ./
 COPY conf ./conf
 COPY tprimat ./tprimat
+COPY hydra_plugins ./hydra_plugins
 COPY bench ./bench
 # ROCm torch comes from the base image: no CPU constraints file here.
 RUN pip install --no-cache-dir -e ".[transformers]"
