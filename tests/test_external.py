@@ -3,7 +3,10 @@ surface, megatron-core's own TransformerConfig accepting it, the process runner 
 child process, failure, timeout, and the fairness audit."""
 
 import ast
+import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -101,13 +104,68 @@ def test_nemo_scripts_for_both_flavours(flavour):
         assert "llm.llama31_8b.pretrain_recipe" in script and "MockDataModule" in script
 
 
-def test_torchtitan_overrides():
-    spec, plan = spec_plan(["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=llama"])
+def test_torchtitan_toml_overrides():
+    spec, plan = spec_plan(["framework=torchtitan", "framework.flavour=toml", "platform=nvidia", "platform.gpu=h100",
+                            "model=llama"])
     flags = flag_values(backends.load("torchtitan").launch(spec, plan, Path("launch")).argv)
     assert flags["--job.config_file"].endswith("llama3_8b.toml")
     assert float(flags["--optimizer.lr"]) == spec.training.optimizer.lr
     assert float(flags["--lr_scheduler.min_lr_factor"]) == pytest.approx(0.1)
     assert flags["--parallelism.data_parallel_shard_degree"] == "8" and flags["--training.global_batch_size"] == "128"
+
+
+TITAN = ["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=llama"]
+# torchtitan's own parser and config saver, as torchtitan.train runs them (world of one gloo rank)
+TITAN_CHECK = """
+import json, sys
+import torch.distributed as dist
+from torchtitan.config.manager import ConfigManager
+config = ConfigManager().parse_args(json.loads(sys.argv[1]))
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+config.maybe_log()
+dist.destroy_process_group()
+"""
+
+
+def test_torchtitan_registry_module_sets_every_hyperparameter(tmp_path):
+    spec, plan = spec_plan([*TITAN, "parallelism.fsdp=true", "training.activation_checkpointing=full"])
+    launch = backends.load("torchtitan").launch(spec, plan, tmp_path / "launch")
+    assert launch.argv[launch.argv.index("torchtitan.train"):] == ["torchtitan.train", "--module", "tprimat_torchtitan",
+                                                          "--config", "tprimat_config"]
+    assert launch.env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "launch")
+    source = launch.files["tprimat_torchtitan.py"]
+    ast.parse(source)
+    assert "from torchtitan.models.llama3.config_registry import llama3_8b as base" in source
+    opt = spec.training.optimizer
+    assert f"default_adamw(lr={opt.lr!r}, betas=({opt.beta1!r}, {opt.beta2!r})" in source
+    assert "'parallelism.data_parallel_shard_degree': 8" in source and "FullAC.Config()" in source
+
+
+def titan_effective(tmp_path, overrides):
+    """Materialise the launch, let torchtitan's own ConfigManager parse it and save the config it would run."""
+    if importlib.util.find_spec("torchtitan") is None or importlib.util.find_spec("triton") is None:
+        pytest.skip("torchtitan (and triton, which its model registry imports) not installed")
+    spec, plan = spec_plan([*TITAN, *overrides])
+    backend = backends.load("torchtitan")
+    launch = backend.materialize(spec, plan, tmp_path)
+    args = launch.argv[launch.argv.index("--module"):]
+    proc = subprocess.run([sys.executable, "-c", TITAN_CHECK, json.dumps(args), str(tmp_path / "rendezvous")],
+                          env={**os.environ, **launch.env}, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return spec, backend.effective_settings(spec, tmp_path / "launch")
+
+
+def test_torchtitan_accepts_the_translation(tmp_path):
+    spec, effective = titan_effective(tmp_path, ["parallelism.tp=2", "training.activation_checkpointing=selective"])
+    report = audit(spec, "", [], effective)
+    assert report["passed"] and report["unchecked"] == [], report
+    assert effective["lr"] == spec.training.optimizer.lr and effective["tp"] == 2
+
+
+def test_torchtitan_audit_sees_an_override_on_its_command_line(tmp_path):
+    spec, effective = titan_effective(tmp_path, ["framework.extra_args=[--lr_scheduler.warmup_steps,7]"])
+    failed = [c["key"] for c in audit(spec, "", [], effective)["checks"] if not c["ok"]]
+    assert failed == ["warmup_steps"]
 
 
 def test_megatron_core_accepts_the_translation():

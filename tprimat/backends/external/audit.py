@@ -82,6 +82,26 @@ def torchtitan_config(lines: list[str]) -> dict:
     return {}
 
 
+def torchtitan_saved_config(cfg: dict) -> dict:
+    """The config torchtitan >= 0.3 saved (``debug.save_config_file``) -> tprimat keys. The optimizer is the
+    catch-all parameter group's (pattern ``.*``), the one every parameter without a more specific group gets."""
+    groups = (cfg.get("optimizer") or {}).get("param_groups") or []
+    kwargs = next((g.get("optimizer_kwargs") or {} for g in groups if g.get("pattern") == ".*"),
+                  (groups[-1].get("optimizer_kwargs") or {}) if groups else {})
+    betas = kwargs.get("betas") or [None, None]
+    section = lambda name: cfg.get(name) or {}  # noqa: E731
+    training, sched, par = section("training"), section("lr_scheduler"), section("parallelism")
+    lr, factor = kwargs.get("lr"), sched.get("min_lr_factor")
+    found = {"lr": lr, "weight_decay": kwargs.get("weight_decay"), "beta1": betas[0], "beta2": betas[1],
+             "warmup_steps": sched.get("warmup_steps"),
+             "min_lr": lr * factor if lr is not None and factor is not None else None,
+             "global_batch_size": training.get("global_batch_size"), "micro_batch_size": training.get("local_batch_size"),
+             "seq_length": training.get("seq_len"), "tp": par.get("tensor_parallel_degree"),
+             "pp": par.get("pipeline_parallel_degree"), "cp": par.get("context_parallel_degree"),
+             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(training.get("mixed_precision_param"))}
+    return {k: v for k, v in found.items() if v is not None}
+
+
 def generated_script(lines: list[str]) -> dict:
     """Values a tprimat-generated script read back from the framework's own config objects."""
     import json
@@ -108,10 +128,11 @@ def from_steps(steps: list[dict], spec: TprimatConf) -> dict:
     return found
 
 
-def audit(spec: TprimatConf, log_text: str, steps: list[dict]) -> dict:
+def audit(spec: TprimatConf, log_text: str, steps: list[dict], saved: Optional[dict] = None) -> dict:
+    """``saved``: tprimat keys read from a config file the framework wrote itself (it wins over the log)."""
     lines = clean_lines(log_text)
     effective = {**from_steps(steps, spec), **generated_script(lines), **torchtitan_config(lines),
-                 **megatron_arguments(lines)}
+                 **megatron_arguments(lines), **(saved or {})}
     checks = []
     for key, want in requested(spec).items():
         if key not in effective:

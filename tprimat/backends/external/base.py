@@ -95,6 +95,10 @@ class ExternalBackend:
         (launch_dir / "command.json").write_text(json.dumps(launch.as_dict(), indent=2) + "\n")
         return launch
 
+    def effective_settings(self, spec: TprimatConf, launch_dir: Path) -> dict:
+        """tprimat keys read from a config file the framework wrote itself during the run (none by default)."""
+        return {}
+
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir: Optional[Path] = None) -> dict:
         run_dir = Path(run_dir or ".")
         launch = self.materialize(spec, plan, run_dir)
@@ -116,7 +120,8 @@ class ExternalBackend:
             timer.cancel()
             _kill_group(proc)
         text = log_path.read_text(errors="replace")
-        result = {"command": launch.argv, "audit": audit(spec, text, steps), "log": log_path.name}
+        saved = self.effective_settings(spec, (run_dir / "launch").resolve())
+        result = {"command": launch.argv, "audit": audit(spec, text, steps, saved), "log": log_path.name}
         if code != 0:
             timed_out = time.monotonic() - started >= spec.framework.timeout_min * 60
             tail = "\n".join(text.splitlines()[-30:])

@@ -1,44 +1,102 @@
-"""torchtitan's ``torchtitan.train`` under torchrun: a model TOML from its checkout plus command-line overrides
-for every hyperparameter the spec names."""
+"""torchtitan's ``torchtitan.train`` under torchrun, every hyperparameter the spec names set explicitly. Two
+flavours, because torchtitan changed its configuration surface:
+
+- ``registry`` (torchtitan >= 0.3): ``--module M --config F`` names a Python function that returns a
+  ``Trainer.Config``. tprimat generates such a module (``launch/tprimat_torchtitan.py``): it starts from
+  torchtitan's own function for the model (``llama3_8b``, ...) and sets every value on the config object;
+  torchtitan saves the config it finally ran with (``debug.save_config_file``), which the audit reads.
+- ``toml`` (torchtitan <= 0.2): a model TOML from the checkout (``--job.config_file``) plus command-line
+  overrides; torchtitan logs its job config, which the audit reads.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import pprint
 from pathlib import Path
 
+from tprimat.backends.external.audit import torchtitan_saved_config
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.config.schema import TprimatConf
 from tprimat.plan import Plan
 
+FLAVOURS = ("registry", "toml")
 TOML = {"llama": "torchtitan/models/llama3/train_configs/llama3_8b.toml",
         "llama70b": "torchtitan/models/llama3/train_configs/llama3_70b.toml",
         "llama_tiny": "torchtitan/models/llama3/train_configs/debug_model.toml"}
+REGISTRY = {"llama": "llama3:llama3_8b", "llama70b": "llama3:llama3_70b", "llama_tiny": "llama3:llama3_debugmodel"}
 PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
+MODULE, FUNCTION = "tprimat_torchtitan", "tprimat_config"
+SAVED_CONFIG = "tprimat_effective_config.json"  # written by torchtitan into its dump folder
+
+
+def settings(spec: TprimatConf, plan: Plan) -> dict:
+    """Every value the spec names, under torchtitan's own section.key names."""
+    tr, opt, par = spec.training, spec.training.optimizer, spec.parallelism
+    return {
+        "training.steps": tr.max_steps, "training.local_batch_size": tr.micro_batch_size,
+        "training.global_batch_size": tr.global_batch_size, "training.seq_len": tr.seq_length,
+        "training.max_norm": opt.grad_clip, "training.mixed_precision_param": PRECISION[tr.precision],
+        "training.mixed_precision_reduce": "float32",
+        "lr_scheduler.warmup_steps": opt.warmup_steps, "lr_scheduler.decay_type": "cosine",
+        "lr_scheduler.min_lr_factor": opt.min_lr / opt.lr,
+        "parallelism.tensor_parallel_degree": par.tp, "parallelism.pipeline_parallel_degree": par.pp,
+        "parallelism.context_parallel_degree": par.cp,
+        "parallelism.data_parallel_shard_degree": plan.dp if par.fsdp else 1,
+        "parallelism.data_parallel_replicate_degree": 1 if par.fsdp else plan.dp,
+        "compile.enable": tr.compile, "metrics.log_freq": 1, "debug.seed": tr.seed,
+    }
 
 
 def overrides(spec: TprimatConf, plan: Plan) -> list[str]:
-    tr, opt, par = spec.training, spec.training.optimizer, spec.parallelism
-    pairs = [
-        ("training.steps", tr.max_steps), ("training.local_batch_size", tr.micro_batch_size),
-        ("training.global_batch_size", tr.global_batch_size), ("training.seq_len", tr.seq_length),
-        ("training.max_norm", opt.grad_clip), ("training.mixed_precision_param", PRECISION[tr.precision]),
-        ("training.mixed_precision_reduce", "float32"), ("training.dataset", "c4_test"),
-        ("optimizer.name", "AdamW"), ("optimizer.lr", opt.lr), ("optimizer.eps", opt.eps),
-        ("optimizer.weight_decay", opt.weight_decay), ("optimizer.beta1", opt.beta1), ("optimizer.beta2", opt.beta2),
-        ("lr_scheduler.warmup_steps", opt.warmup_steps), ("lr_scheduler.decay_type", "cosine"),
-        ("lr_scheduler.min_lr_factor", opt.min_lr / opt.lr),
-        ("parallelism.tensor_parallel_degree", par.tp), ("parallelism.pipeline_parallel_degree", par.pp),
-        ("parallelism.context_parallel_degree", par.cp),
-        ("parallelism.data_parallel_shard_degree", plan.dp if par.fsdp else 1),
-        ("parallelism.data_parallel_replicate_degree", 1 if par.fsdp else plan.dp),
-        ("activation_checkpoint.mode", tr.activation_checkpointing), ("metrics.log_freq", 1),
-        ("debug.seed", tr.seed),
-    ]
+    """The ``toml`` flavour's command-line overrides (torchtitan <= 0.2)."""
+    opt = spec.training.optimizer
+    pairs = [(k, v) for k, v in settings(spec, plan).items() if k != "compile.enable"]
+    pairs += [("training.dataset", "c4_test"), ("optimizer.name", "AdamW"), ("optimizer.lr", opt.lr),
+              ("optimizer.eps", opt.eps), ("optimizer.weight_decay", opt.weight_decay), ("optimizer.beta1", opt.beta1),
+              ("optimizer.beta2", opt.beta2), ("activation_checkpoint.mode", spec.training.activation_checkpointing)]
     argv = [item for key, value in pairs for item in (f"--{key}", str(value))]
-    if tr.compile:
+    if spec.training.compile:
         argv.append("--compile.enable")
-    if tr.precision == "fp8":
+    if spec.training.precision == "fp8":
         argv += ["--model.converters", "float8"]
     return argv
+
+
+def config_module(spec: TprimatConf, plan: Plan, dump_folder: Path) -> str:
+    """The ``registry`` flavour's generated module (torchtitan >= 0.3)."""
+    opt = spec.training.optimizer
+    module, function = (spec.framework.recipe or REGISTRY[spec.model.name]).split(":")
+    if "." not in module:
+        module = f"torchtitan.models.{module}.config_registry"
+    values = {**settings(spec, plan), "dataloader.dataset": "c4_test", "checkpoint.enable": False,
+              "validator.enable": False, "debug.save_config_file": SAVED_CONFIG}
+    ac = {"none": "None", "full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}[
+        spec.training.activation_checkpointing]
+    return f'''"""Generated by tprimat: torchtitan's {module}.{function}()
+with every hyperparameter of the run spec set explicitly.
+Run as: python -m torchtitan.train --module {MODULE} --config {FUNCTION}"""
+
+from torchtitan.components.optimizer import default_adamw
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401
+from {module} import {function} as base
+
+VALUES = {pprint.pformat(values, sort_dicts=False)}
+
+
+def {FUNCTION}():
+    config = base()
+    config.optimizer = default_adamw(lr={opt.lr!r}, betas=({opt.beta1!r}, {opt.beta2!r}), eps={opt.eps!r},
+                                     weight_decay={opt.weight_decay!r})
+    config.lr_scheduler.decay_ratio = None  # decay over every step after warm-up, as the spec's schedule
+    config.activation_checkpoint = {ac}
+    config.dump_folder = {str(dump_folder)!r}
+    for dotted, value in VALUES.items():
+        section, key = dotted.split(".")
+        setattr(getattr(config, section), key, value)
+    return config
+'''
 
 
 class TorchtitanBackend(ExternalBackend):
@@ -48,17 +106,42 @@ class TorchtitanBackend(ExternalBackend):
 
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
         problems = super().check(spec, plan)
-        if not spec.framework.recipe and spec.model.name not in TOML:
-            problems.append(f"model.name={spec.model.name}: torchtitan ships no config for it; name one with "
-                            "framework.recipe=<path to a train_configs TOML>")
+        flavour, recipe = spec.framework.flavour, spec.framework.recipe
+        if flavour not in FLAVOURS:
+            return problems + [f"framework.flavour={flavour}: torchtitan's flavours are registry (torchtitan >= 0.3) "
+                               "and toml (torchtitan <= 0.2)"]
+        known = TOML if flavour == "toml" else REGISTRY
+        if not recipe and spec.model.name not in known:
+            what = "a train_configs TOML" if flavour == "toml" else "a config_registry function as module:function"
+            problems.append(f"model.name={spec.model.name}: torchtitan ships no config for it; name {what} with "
+                            "framework.recipe=...")
+        if flavour == "registry" and recipe and recipe.count(":") != 1:
+            problems.append(f"framework.recipe={recipe}: the registry flavour takes module:function "
+                            "(e.g. llama3:llama3_8b)")
+        if flavour == "registry" and spec.training.precision == "fp8" and not recipe:
+            problems.append("training.precision=fp8: torchtitan >= 0.3 sets float8 in the model's own config "
+                            "function; name one with framework.recipe (e.g. llama3:llama3_debugmodel_float8)")
         return problems
 
     def launch(self, spec: TprimatConf, plan: Plan, launch_dir: Path) -> Launch:
         root = self.framework_path(spec) or Path("$TORCHTITAN_PATH")
-        toml = spec.framework.recipe or TOML.get(spec.model.name, "")
-        argv = [*torchrun(spec), "-m", "torchtitan.train", "--job.config_file", str(root / toml),
-                *overrides(spec, plan), *spec.framework.extra_args]
-        return Launch(argv, cwd=str(root))
+        if spec.framework.flavour == "toml":
+            toml = spec.framework.recipe or TOML.get(spec.model.name, "")
+            argv = [*torchrun(spec), "-m", "torchtitan.train", "--job.config_file", str(root / toml),
+                    *overrides(spec, plan), *spec.framework.extra_args]
+            return Launch(argv, cwd=str(root))
+        argv = [*torchrun(spec), "-m", "torchtitan.train", "--module", MODULE, "--config", FUNCTION,
+                *spec.framework.extra_args]
+        pythonpath = os.pathsep.join(p for p in (str(launch_dir), os.environ.get("PYTHONPATH", "")) if p)
+        return Launch(argv, env={"PYTHONPATH": pythonpath}, cwd=str(root),
+                      files={f"{MODULE}.py": config_module(spec, plan, launch_dir / "torchtitan")})
+
+    def effective_settings(self, spec: TprimatConf, launch_dir: Path) -> dict:
+        """What torchtitan ran with, from the config it saved after applying every override (registry flavour)."""
+        path = launch_dir / "torchtitan" / SAVED_CONFIG
+        if spec.framework.flavour != "registry" or not path.exists():
+            return {}
+        return torchtitan_saved_config(json.loads(path.read_text()))
 
 
 BACKEND = TorchtitanBackend()
