@@ -78,13 +78,22 @@ def test_primus_experiment_states_every_override():
     launch = backends.load("primus").launch(spec, plan, Path("/runs/x/launch"))
     exp = json.loads(launch.files["experiment.yaml"])
     module = exp["modules"]["pre_trainer"]
-    assert module["framework"] == "megatron" and module["model"] == "llama3.1_8B-pretrain.yaml"
+    assert module["framework"] == "megatron" and module["model"] == "llama3.1_8B.yaml"
     over = module["overrides"]
+    assert over["add_bias_linear"] is False and "disable_bias_linear" not in over  # Primus's key, not the flag
     assert over["lr"] == 3e-4 and over["min_lr"] == spec.training.optimizer.min_lr
     assert over["lr_warmup_iters"] == 10 and over["global_batch_size"] == 128 and over["mock_data"] is True
     assert "fp8" in over and over["fp8"] is None  # stated explicitly: Primus merges unknown keys silently
     assert launch.env["EXP"] == "/runs/x/launch/experiment.yaml" and launch.env["GPUS_PER_NODE"] == "8"
     assert launch.argv == ["bash", "examples/run_pretrain.sh"]
+
+
+def test_primus_fp8_is_its_own_key():
+    spec, plan = spec_plan(["framework=primus", *GPU[:3], "training.precision=fp8", "model=mistral"])
+    module = json.loads(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])["modules"]
+    over = module["pre_trainer"]["overrides"]
+    assert over["fp8"] == "hybrid" and "fp8_format" not in over and over["bf16"] is True
+    assert module["pre_trainer"]["model"] == "llama3_8B.yaml" and over["vocab_size"] == spec.model.vocab_size
 
 
 @pytest.mark.parametrize("flavour", ["nemo2", "bridge"])

@@ -10,20 +10,24 @@ from tprimat.backends.external.megatron import megatron_settings
 from tprimat.config.schema import TprimatConf
 from tprimat.plan import Plan
 
-# Primus model configs (examples/megatron/configs); overridable with framework.recipe.
-MODEL_YAML = {"llama": "llama3.1_8B-pretrain.yaml", "llama70b": "llama3.1_70B-pretrain.yaml",
-              "qwen": "qwen2.5_7B-pretrain.yaml", "mistral": "mistral_7B-pretrain.yaml"}
-FAMILY_YAML = {"llama": "llama3.1_8B-pretrain.yaml", "qwen2": "qwen2.5_7B-pretrain.yaml",
-               "mistral": "mistral_7B-pretrain.yaml"}
-NOT_PRIMUS_OVERRIDES = {"distributed_backend", "tokenizer_type"}  # set by Primus itself
+# Primus's model configs (primus/configs/models/megatron/<name>.yaml); overridable with framework.recipe. Primus
+# ships no Mistral 7B config: the Llama 3 8B one with every dimension overridden below is Mistral's architecture.
+MODEL_YAML = {"llama": "llama3.1_8B.yaml", "llama70b": "llama3.1_70B.yaml", "qwen": "qwen2.5_7B.yaml",
+              "mistral": "llama3_8B.yaml"}
+FAMILY_YAML = {"llama": "llama3.1_8B.yaml", "qwen2": "qwen2.5_7B.yaml", "mistral": "llama3_8B.yaml"}
+NOT_PRIMUS_OVERRIDES = {"distributed_backend", "tokenizer_type"}  # set by Primus itself (mock data: NullTokenizer)
+# Megatron command-line flags whose config key in Primus's YAML differs (the argparse destination).
+FLAG_ONLY = {"disable_bias_linear": ("add_bias_linear", lambda on: not on), "fp8_format": ("fp8", lambda v: v)}
 
 
 def experiment(spec: TprimatConf, plan: Plan, workspace: str) -> dict:
-    overrides = {k: v for k, v in megatron_settings(spec, plan).items()
-                 if v is not None and k not in NOT_PRIMUS_OVERRIDES}
+    overrides = {}
+    for key, value in megatron_settings(spec, plan).items():
+        if value is None or key in NOT_PRIMUS_OVERRIDES:
+            continue
+        name, convert = FLAG_ONLY.get(key, (key, lambda v: v))
+        overrides[name] = convert(value)
     overrides.setdefault("fp8", None)  # Primus merges keys silently: state "no fp8" instead of inheriting it
-    if spec.training.precision == "fp8":
-        overrides["fp8"] = "hybrid"
     model_yaml = spec.framework.recipe or MODEL_YAML.get(spec.model.name) or FAMILY_YAML[spec.model.family]
     return {"work_group": "tprimat", "user_name": "tprimat", "exp_name": f"{spec.model.name}-{spec.framework.name}",
             "workspace": workspace,
