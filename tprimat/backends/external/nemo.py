@@ -16,14 +16,22 @@ NEMO2_RECIPES = {"llama": "llama31_8b", "llama70b": "llama31_70b", "qwen": "qwen
 BRIDGE_RECIPES = {"llama": ("megatron.bridge.recipes.llama", "llama31_8b_pretrain_config"),
                   "llama70b": ("megatron.bridge.recipes.llama", "llama31_70b_pretrain_config"),
                   "qwen": ("megatron.bridge.recipes.qwen", "qwen25_7b_pretrain_config"),
-                  "mistral": ("megatron.bridge.recipes.mistral", "mistral_7b_pretrain_config")}
+                  # Megatron-Bridge ships no Mistral recipe: Llama 3 8B's, with every dimension set below
+                  "mistral": ("megatron.bridge.recipes.llama", "llama3_8b_pretrain_config")}
 FAMILY_BASE = {"llama": "llama", "qwen2": "qwen", "mistral": "mistral"}
+# TransformerConfig fields both flavours set on the recipe's model config (NeMo 2 and Megatron-Bridge alike)
+ARCHITECTURE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                "kv_channels", "rotary_base", "layernorm_epsilon", "vocab_size", "share_embeddings_and_output_weights",
+                "add_qkv_bias", "seq_length")
 
 
 def values(spec: TprimatConf) -> dict:
     m, tr, opt, par = spec.model, spec.training, spec.training.optimizer, spec.parallelism
     return {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "ffn_hidden_size": m.ffn_hidden_size,
             "num_attention_heads": m.num_attention_heads, "num_query_groups": m.num_kv_heads,
+            "kv_channels": m.head_dim or m.hidden_size // m.num_attention_heads, "rotary_base": int(m.rope_theta),
+            "layernorm_epsilon": m.rms_norm_eps, "vocab_size": m.vocab_size,
+            "share_embeddings_and_output_weights": m.tie_embeddings, "add_qkv_bias": m.qkv_bias,
             "seq_length": tr.seq_length, "max_steps": tr.max_steps, "global_batch_size": tr.global_batch_size,
             "micro_batch_size": tr.micro_batch_size, "lr": opt.lr, "min_lr": opt.min_lr,
             "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay, "adam_beta1": opt.beta1,
@@ -42,10 +50,11 @@ from nemo.collections import llm
 from nemo.collections.llm.recipes.precision.mixed_precision import bf16_mixed, bf16_with_fp8_mixed
 
 V = {pformat(values(spec), sort_dicts=False)}
+ARCHITECTURE = {ARCHITECTURE!r}
 
 recipe = llm.{recipe}.pretrain_recipe(name="tprimat", num_nodes=V["nodes"], num_gpus_per_node=V["devices_per_node"])
 model = recipe.model.config
-for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "seq_length"):
+for key in ARCHITECTURE:
     setattr(model, key, V[key])
 recipe.trainer.max_steps = V["max_steps"]
 recipe.trainer.log_every_n_steps = 1
@@ -89,19 +98,21 @@ from megatron.bridge.training.pretrain import pretrain
 from {module} import {fn} as recipe_fn
 
 V = {pformat(values(spec), sort_dicts=False)}
+ARCHITECTURE = {ARCHITECTURE!r}
 
 cfg = recipe_fn()
-for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "seq_length"):
+for key in ARCHITECTURE:
     setattr(cfg.model, key, V[key])
+cfg.tokenizer.vocab_size = V["vocab_size"]  # the mock-data NullTokenizer's vocabulary: the model's own
 cfg.model.tensor_model_parallel_size = V["tp"]
 cfg.model.pipeline_model_parallel_size = V["pp"]
 cfg.model.context_parallel_size = V["cp"]
 cfg.model.sequence_parallel = V["sequence_parallel"]
-cfg.dataset.sequence_length = V["seq_length"]
+cfg.dataset.seq_length = V["seq_length"]
 cfg.train.train_iters = V["max_steps"]
 cfg.train.global_batch_size = V["global_batch_size"]
 cfg.train.micro_batch_size = V["micro_batch_size"]
-cfg.train.eval_iters = 0
+cfg.validation.eval_iters = 0
 cfg.optimizer.lr, cfg.optimizer.min_lr = V["lr"], V["min_lr"]
 cfg.optimizer.weight_decay, cfg.optimizer.clip_grad = V["weight_decay"], V["clip_grad"]
 cfg.optimizer.adam_beta1, cfg.optimizer.adam_beta2, cfg.optimizer.adam_eps = V["adam_beta1"], V["adam_beta2"], V["adam_eps"]
@@ -111,14 +122,13 @@ cfg.scheduler.lr_decay_style = "cosine"
 cfg.logger.log_interval = 1
 cfg.logger.log_throughput = True
 cfg.rng.seed = V["seed"]
-if V["precision"] == "fp8":
-    cfg.mixed_precision = "bf16_with_fp8_hybrid"
+cfg.mixed_precision = "bf16_with_fp8_delayed_scaling_mixed" if V["precision"] == "fp8" else "bf16_mixed"
 
 print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "lr": cfg.optimizer.lr, "min_lr": cfg.optimizer.min_lr, "warmup_steps": cfg.scheduler.lr_warmup_iters,
     "weight_decay": cfg.optimizer.weight_decay, "beta1": cfg.optimizer.adam_beta1, "beta2": cfg.optimizer.adam_beta2,
     "global_batch_size": cfg.train.global_batch_size, "micro_batch_size": cfg.train.micro_batch_size,
-    "seq_length": cfg.dataset.sequence_length, "tp": cfg.model.tensor_model_parallel_size,
+    "seq_length": cfg.dataset.seq_length, "tp": cfg.model.tensor_model_parallel_size,
     "pp": cfg.model.pipeline_model_parallel_size, "cp": cfg.model.context_parallel_size}}), flush=True)
 pretrain(cfg, forward_step)
 '''
