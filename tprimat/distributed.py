@@ -3,9 +3,11 @@ set-up, and the gather of every rank's step times so a result shows the slowest 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import statistics
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
@@ -48,6 +50,17 @@ def slurm_rendezvous(environ=os.environ) -> dict[str, str]:
     port derived from the job id so that two jobs sharing a node do not collide."""
     return {"MASTER_ADDR": first_host(environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST", "")),
             "MASTER_PORT": str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)}
+
+
+def exit_rank(code: int) -> None:
+    """End a rank's process once its work is handed over (records written, process group destroyed): flush and
+    leave without interpreter teardown. Tearing down torch.distributed's C++ state at exit can abort a finished
+    rank ("terminate called without an active exception", seen with gloo and DTensor meshes), which would turn
+    a complete run into a failed one."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def init_process_group(env: RankEnv, device_type: str) -> None:

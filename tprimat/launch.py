@@ -44,12 +44,18 @@ def sweep_group(sweep_dir: Path) -> str:
 
 
 def main() -> None:
-    from tprimat.distributed import rank_env
+    from tprimat.distributed import exit_rank, rank_env
     from tprimat.sweep_launch import LAST_SUMMARY
 
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
         sys.argv.append("hydra.output_subdir=null")
+    if env is not None:  # one rank of torchrun / srun: its exit code is the run's, whatever teardown does
+        try:
+            task()
+        except SystemExit as exc:
+            exit_rank(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+        exit_rank(0)
     task()
     outcomes = [(row["overrides"], row["status"]) for row in LAST_SUMMARY] or SWEEP_OUTCOMES
     if outcomes:

@@ -13,7 +13,7 @@ from tprimat import backends
 from tprimat.config.schema import freeze
 from tprimat.config.spec import spec_from_dict
 from tprimat.detect import detect
-from tprimat.distributed import rank_env, run_on_this_rank
+from tprimat.distributed import exit_rank, rank_env, run_on_this_rank
 from tprimat.plan import make_plan
 from tprimat.result import atomic_write_json
 
@@ -44,4 +44,4 @@ def main(launch_file: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    exit_rank(main(sys.argv[1]))
