@@ -131,3 +131,16 @@ def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
     assert all({"platform:cpu", "framework:native", "model:llama_tiny", "methodology:maximum_performance"}
                <= set(r.tags) for r in runs)
     assert all(r.summary["tokens_per_s"] > 0 for r in runs)
+
+
+def test_slurm_keys_reach_the_sbatch_script(tmp_path):
+    pytest.importorskip("submitit")
+    from tprimat.sweep_launch import make_executor
+
+    executor = make_executor("slurm", {"submitit_folder": str(tmp_path / "%j"), "timeout_min": 5, "tasks_per_node": 8,
+                                       "nodes": 2, "gpus_per_node": 8, "partition": "gpu", "gres": "gpu:8",
+                                       "exclude": "node3", "mem_per_cpu": "4G", "account": "research"})
+    sbatch = executor._executor._make_submission_file_text("python -m x", "uid")  # the script submitit submits
+    for line in ("--partition=gpu", "--gres=gpu:8", "--exclude=node3", "--mem-per-cpu=4G", "--account=research",
+                 "--ntasks-per-node=8", "--nodes=2", "--time=5"):
+        assert f"#SBATCH {line}" in sbatch, line

@@ -42,6 +42,14 @@ class TprimatSlurmConf(TprimatSubmititConf):
     additional_parameters: Dict[str, Any] = field(default_factory=dict)
     setup: Optional[List[str]] = None
     srun_args: Optional[List[str]] = None
+    # hydra-submitit-launcher's other sbatch keys, passed through submitit as they are
+    comment: Optional[str] = None
+    exclude: Optional[str] = None
+    gres: Optional[str] = None
+    cpus_per_gpu: Optional[int] = None
+    gpus_per_task: Optional[int] = None
+    mem_per_gpu: Optional[str] = None
+    mem_per_cpu: Optional[str] = None
 
 
 cs = ConfigStore.instance()
