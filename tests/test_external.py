@@ -111,6 +111,7 @@ def test_nemo_scripts_for_both_flavours(flavour):
         assert "llama31_8b_pretrain_config" in script and "torch.distributed.run" in launch.argv
     else:
         assert "llm.llama31_8b.pretrain_recipe" in script and "MockDataModule" in script
+        assert 'tokenizer=run.Config(NullTokenizer, vocab_size=V["vocab_size"] - 1)' in script  # mock ids < vocab
 
 
 def test_nemo_bridge_mistral_on_the_llama3_recipe_with_mistral_dimensions():

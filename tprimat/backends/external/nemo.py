@@ -47,6 +47,7 @@ import json
 
 import nemo_run as run
 from nemo.collections import llm
+from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer
 from nemo.collections.llm.recipes.precision.mixed_precision import bf16_mixed, bf16_with_fp8_mixed
 
 V = {pformat(values(spec), sort_dicts=False)}
@@ -66,8 +67,11 @@ strategy.pipeline_model_parallel_size = V["pp"]
 strategy.context_parallel_size = V["cp"]
 strategy.sequence_parallel = V["sequence_parallel"]
 recipe.trainer.plugins = bf16_with_fp8_mixed() if V["precision"] == "fp8" else bf16_mixed()
+# Mock tokens from the model's own vocabulary (NeMo's NullTokenizer adds one id for end-of-document); the default
+# GPT-2 tokenizer would draw ids up to 50,257 whatever the model's vocabulary.
 recipe.data = run.Config(llm.MockDataModule, seq_length=V["seq_length"], global_batch_size=V["global_batch_size"],
-                         micro_batch_size=V["micro_batch_size"])
+                         micro_batch_size=V["micro_batch_size"],
+                         tokenizer=run.Config(NullTokenizer, vocab_size=V["vocab_size"] - 1))
 opt = recipe.optim.config
 opt.lr, opt.weight_decay, opt.clip_grad = V["lr"], V["weight_decay"], V["clip_grad"]
 opt.adam_beta1, opt.adam_beta2, opt.adam_eps = V["adam_beta1"], V["adam_beta2"], V["adam_eps"]
