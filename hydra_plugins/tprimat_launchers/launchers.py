@@ -5,6 +5,7 @@ sweep ends with a summary table printed and saved in the sweep directory.
 """
 
 
+import atexit
 import logging
 import os
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
 
     def __call__(self, overrides: List[str], idx: int, singleton_state) -> JobReturn:
         """Runs inside each submitted task (one per rank)."""
+        from tprimat.distributed import exit_rank
         from tprimat.sweep_launch import init_task_rank
 
         Singleton.set_state(singleton_state)
@@ -106,8 +108,11 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
             sweep_config.hydra.job.num = idx
             if rank != 0:  # Hydra's output files are written once, by rank 0
                 sweep_config.hydra.output_subdir = None
-        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        outcome = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                          job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        if "WORLD_SIZE" in os.environ:  # this task was one rank: once submitit has saved the outcome, leave
+            atexit.register(exit_rank, 0)  # without torch.distributed's teardown (it can abort a finished rank)
+        return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
