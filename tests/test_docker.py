@@ -3,13 +3,13 @@ package that pyproject.toml's package discovery includes, the Hydra config direc
 the extras they install exist. (Building the images needs NVIDIA's / AMD's base images and a Docker daemon.)"""
 
 import re
-import tomllib
 from fnmatch import fnmatch
 
 import pytest
 
 from tests.conftest import ROOT
 
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
 
 
