@@ -14,7 +14,7 @@ COPY tprimat ./tprimat
 COPY hydra_plugins ./hydra_plugins
 COPY bench ./bench
 # ROCm torch comes from the base image: no CPU constraints file here.
-RUN pip install --no-cache-dir -e ".[transformers]"
+RUN pip install --no-cache-dir -e ".[transformers,fp8]"
 
 ENV PRIMUS_PATH=/workspace/Primus \
     MEGATRON_LM_PATH=/workspace/Megatron-LM \

@@ -14,7 +14,7 @@ COPY tprimat ./tprimat
 COPY hydra_plugins ./hydra_plugins
 COPY bench ./bench
 # torch, transformer-engine and friends come from the base image: no CPU constraints file here.
-RUN pip install --no-cache-dir -e ".[nvidia,transformers]"
+RUN pip install --no-cache-dir -e ".[nvidia,transformers,fp8]"
 
 # Where the external adapters find their frameworks inside this image (framework.path overrides).
 ENV MEGATRON_LM_PATH=/opt/megatron-lm \
