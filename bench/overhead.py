@@ -1,8 +1,9 @@
 """Overhead of tprimat's instrumentation: the same model trained with and without it, in one process.
 
 Bare: ``trainer.step`` in a loop, one device sync at the end. Instrumented: the same steps through
-``tprimat.measure.run_measured`` (device-synchronised clock, memory probe, loss/grad-norm reads, step
-records, a formatted log line per step) with the telemetry sampler running on its thread. Rounds alternate their order; the ratio is the median of the
+``tprimat.measure.step.run_measured`` (device-synchronised clock, memory probe, loss/grad-norm reads, step
+records, a formatted log line per step) with the telemetry sampler running on its thread.
+Rounds alternate their order; the ratio is the median of the
 per-round ratios. Last line: ``overhead_ratio=<x>`` (target: at most 1.01).
 
     python bench/overhead.py [--rounds 7] [--steps 8] [hydra overrides, e.g. model=qwen_tiny]
@@ -22,17 +23,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-from tprimat.backends.native.train import NativeTrainer, pick_device  # noqa: E402
-from tprimat.config.schema import register_configs  # noqa: E402
-from tprimat.config.spec import build_spec  # noqa: E402
-from tprimat.detect import detect  # noqa: E402
-from tprimat.measure import run_measured  # noqa: E402
-from tprimat.plan import make_plan  # noqa: E402
-from tprimat.telemetry import Sampler, open_source  # noqa: E402
-
-CONF = Path(__file__).resolve().parent.parent / "conf"
+from tprimat.backends.common import pick_device  # noqa: E402
+from tprimat.backends.native.train import NativeTrainer  # noqa: E402
+from tprimat.compose import compose  # noqa: E402
+from tprimat.measure.devices import detect  # noqa: E402
+from tprimat.measure.step import run_measured  # noqa: E402
+from tprimat.measure.telemetry import Sampler, open_source  # noqa: E402
+from tprimat.spec.build import build_spec  # noqa: E402
+from tprimat.spec.plan import make_plan  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -73,9 +71,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=8)
     args, overrides = parser.parse_known_args()
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["logging.wandb.mode=disabled", "training.max_steps=100000", *overrides])
+    cfg = compose(["logging.wandb.mode=disabled", "training.max_steps=100000", *overrides])
     hw = detect()
     spec = build_spec(cfg, hw)
     plan = make_plan(spec, hw)

@@ -14,9 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tprimat.config.schema import register_configs  # noqa: E402
-from tprimat.launch import CONFIG_DIR  # noqa: E402
-from tprimat.sweep import plan_sweep  # noqa: E402
+from tprimat.compose import Composer, expand  # noqa: E402
+from tprimat.sweep.plan import plan_sweep  # noqa: E402
 
 SWEEP = ["model=llama,qwen,mistral,llama70b", "platform=nvidia", "platform.gpu=h100", "parallelism.tp=1,2,4,8",
          "parallelism.pp=1,2,4", "training.micro_batch_size=1,2,4,8", "platform.nodes=1,2,4,8",
@@ -24,10 +23,9 @@ SWEEP = ["model=llama,qwen,mistral,llama70b", "platform=nvidia", "platform.gpu=h
 
 
 def main() -> None:
-    register_configs()
-    plan_sweep(SWEEP[:3], CONFIG_DIR)  # warm-up: imports, first composition
+    plan_sweep(expand(SWEEP[:3]), Composer().compose)  # warm-up: imports, first composition
     t0 = time.perf_counter()
-    points = plan_sweep(SWEEP, CONFIG_DIR)
+    points = plan_sweep(expand(SWEEP), Composer().compose)
     seconds = time.perf_counter() - t0
     valid = sum(p.valid for p in points)
     print(f"{len(points)} points ({valid} valid, {len(points) - valid} invalid) in {seconds:.2f} s")

@@ -8,28 +8,26 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from tprimat.config.schema import register_configs
-from tprimat.result import validate_result
-from tprimat.run import execute
+from tprimat.compose import compose, hydra_compose
+from tprimat.execute.run import execute
+from tprimat.results.result import validate_result
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
-register_configs()
 
 # Fast settings for tests that train: few steps, no W&B unless a test asks for it.
 QUICK = ["training.max_steps=4", "benchmark.warmup_steps=1", "logging.wandb.mode=disabled"]
 
 
 def compose_config(overrides=()):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    """The composed DictConfig (tests that read Hydra's composition itself)."""
+    return hydra_compose(list(overrides))
 
 
 def run_inprocess(tmp_path: Path, overrides=()):
     """Compose + execute exactly as launch.py does, in this process; the result must match the schema."""
-    outcome = execute(compose_config(overrides), tmp_path, list(overrides))
+    outcome = execute(compose(list(overrides)), tmp_path, list(overrides))
     assert validate_result(outcome.result) == [], validate_result(outcome.result)
     return outcome
 
@@ -47,3 +45,15 @@ def default_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("default_run")
     proc = run_launch(run_dir, env={"WANDB_API_KEY": "sk-test-secret-0123456789", "HF_TOKEN": "hf_test_secret_987"})
     return run_dir, proc
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

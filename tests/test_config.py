@@ -1,13 +1,14 @@
 """Every config group member composes into a valid run spec and a plan (dry runs, on CPU)."""
 
-from pathlib import Path
 
-import pytest
 from dataclasses import FrozenInstanceError
 
+import pytest
+
 from tests.conftest import CONF, compose_config, run_inprocess
-from tprimat.config.spec import build_spec
-from tprimat.detect import detect
+from tprimat.compose import compose
+from tprimat.measure.devices import detect
+from tprimat.spec.build import build_spec
 
 MEMBERS = {group: sorted(p.stem for p in (CONF / group).glob("*.yaml"))
            for group in ("platform", "model", "framework", "methodology", "parallelism", "training", "benchmark",
@@ -77,12 +78,12 @@ def test_dry_run_reports_what_the_backend_cannot_run_without_failing(tmp_path):
 
 
 def test_auto_platform_resolves_to_detected_hardware():
-    spec = build_spec(compose_config([]), detect())
+    spec = build_spec(compose([]), detect())
     assert spec.platform.name == detect().kind
 
 
 def test_spec_is_frozen():
-    spec = build_spec(compose_config([]), detect())
+    spec = build_spec(compose([]), detect())
     with pytest.raises(FrozenInstanceError):
         spec.training.max_steps = 3
     with pytest.raises(FrozenInstanceError):

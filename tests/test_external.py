@@ -12,21 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, compose_config, run_inprocess
+from tests.conftest import ROOT, run_inprocess
 from tprimat import backends
 from tprimat.backends.external.audit import audit
 from tprimat.backends.external.base import ExternalFailed, Launch
 from tprimat.backends.external.megatron import megatron_settings
-from tprimat.config.spec import build_spec
+from tprimat.compose import compose
 from tprimat.ingest.build import NO_HARDWARE
-from tprimat.plan import make_plan
+from tprimat.spec.build import build_spec
+from tprimat.spec.plan import make_plan
 
 CORPUS = ROOT.parent / "shared" / "logs"
 GPU = ["platform=amd", "platform.gpu=mi300x", "model=llama", "dry_run=true"]
 
 
 def spec_plan(overrides):
-    spec = build_spec(compose_config(overrides), NO_HARDWARE)
+    spec = build_spec(compose(overrides), NO_HARDWARE)
     return spec, make_plan(spec, NO_HARDWARE)
 
 
@@ -172,7 +173,7 @@ def titan_effective(tmp_path, overrides):
         pytest.skip("torchtitan (and triton, which its model registry imports) not installed")
     spec, plan = spec_plan([*TITAN, *overrides])
     backend = backends.load("torchtitan")
-    launch = backend.materialize(spec, plan, tmp_path)
+    launch = backend.write_launch(spec, plan, tmp_path)
     args = launch.argv[launch.argv.index("--module"):]
     proc = subprocess.run([sys.executable, "-c", TITAN_CHECK, json.dumps(args), str(tmp_path / "rendezvous")],
                           env={**os.environ, **launch.env}, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -256,15 +257,15 @@ def test_runner_streams_parses_and_audits_a_real_primus_log(tmp_path, monkeypatc
     hidden_default = ARGS_DUMP.format(lr="1e-05")  # the classic: a framework default 30x below the spec
     replay(backend, monkeypatch, hidden_default + (CORPUS / "primus_3.log").read_text(errors="replace"))
     records = []
-    effective = backend.run(spec, plan, records.append, tmp_path)
+    outcome = backend.run(spec, plan, records.append, tmp_path)
     assert [r.step for r in records] == list(range(1, 51))
     assert records[0].step_time_s == pytest.approx(23.1022) and records[0].warmup and not records[2].warmup
     assert (tmp_path / "framework.log").exists()
-    result = effective["audit"]
+    result = outcome.audit
     assert result["passed"] is False
     lr = next(c for c in result["checks"] if c["key"] == "lr")
     assert lr["requested"] == 3e-4 and lr["effective"] == 1e-5 and not lr["ok"]
-    assert any("lr requested 0.0003 but the framework ran 1e-05" in f for f in effective["audit_failures"])
+    assert any("lr requested 0.0003 but the framework ran 1e-05" in f for f in outcome.audit_failures)
     assert all(c["ok"] for c in result["checks"] if c["key"] not in ("lr",))
 
 

@@ -1,12 +1,11 @@
 """FLOPs conventions and parameter counts against published numbers (FACTS.md section 1)."""
 
 import pytest
-
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_config
-from tprimat import flops
-from tprimat.config.schema import ModelConf
+from tprimat.spec import flops
+from tprimat.spec.schema import ModelConf
 
 
 def model(name, **over):
@@ -32,7 +31,9 @@ def test_primus_legacy_convention_reproduces_printed_tflops():
     m = model("llama", num_layers=4, ffn_hidden_size=11008, num_kv_heads=32, vocab_size=32000,
               rope_scaling_factor=None)
     tokens = 256 * 4096
-    per_gpu = lambda conv: flops.flops_per_token(m, 4096, conv) * tokens / (2.0185 * 1e12 * 8)
+    def per_gpu(conv):
+        return flops.flops_per_token(m, 4096, conv) * tokens / (2.0185 * 1e12 * 8)
+
     assert per_gpu(flops.MEGATRON_LEGACY) == pytest.approx(418.75, abs=0.05)
     assert per_gpu(flops.MEGATRON) == pytest.approx(392.6, abs=0.05)
 

@@ -11,9 +11,9 @@ import math
 import pytest
 
 from tests.conftest import run_inprocess, run_launch
-from tprimat.backends.native.optim import lr_at
-from tprimat.config.spec import spec_from_dict
-from tprimat.result import validate_result
+from tprimat.backends.common import lr_at
+from tprimat.results.result import validate_result
+from tprimat.spec.build import build_spec
 
 pytest.importorskip("transformers")
 pytest.importorskip("deepspeed")
@@ -33,7 +33,7 @@ def launched(tmp_path, *overrides):
 
 
 def assert_spec_reached_the_framework(result):
-    spec = spec_from_dict(result["spec"])
+    spec = build_spec(result["spec"])
     opt, eff = spec.training.optimizer, result["framework"]["effective"]
     assert eff["optimizer"] == "AdamW"
     assert eff["betas"] == [opt.beta1, opt.beta2] and eff["eps"] == opt.eps

@@ -2,13 +2,14 @@
 
 import pytest
 
-from tests.conftest import compose_config, run_inprocess
-from tprimat.config.spec import build_spec
-from tprimat.detect import DetectedHardware
-from tprimat.hardware import DEVICES, device_key_from_name
-from tprimat.metrics import summarize
-from tprimat.plan import make_plan
-from tprimat.records import StepRecord
+from tests.conftest import run_inprocess
+from tprimat.compose import compose
+from tprimat.results.metrics import summarize
+from tprimat.results.records import StepRecord
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.hardware import DEVICES, device_key_from_name
+from tprimat.spec.plan import make_plan
 
 
 @pytest.mark.parametrize("name,key", [
@@ -30,7 +31,7 @@ def test_every_row_has_a_source_and_dense_peaks():
 
 def test_detected_gpu_fills_platform_gpu():
     hw = DetectedHardware("nvidia", "NVIDIA H200", 8, 139.8, "h200")
-    spec = build_spec(compose_config(["model=llama"]), hw)
+    spec = build_spec(compose(["model=llama"]), hw)
     assert spec.platform.name == "nvidia" and spec.platform.gpu == "h200"
     plan = make_plan(spec, hw)
     assert plan.peak_tflops == 989.4 and plan.device_memory_gib == 139.8

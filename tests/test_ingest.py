@@ -2,18 +2,22 @@
 format and trap, TensorBoard and W&B sources, and a property test: parsers never raise."""
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
+from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file, ingest_text, parse_text
-from tprimat.result import validate_result
+from tprimat.results.result import validate_result
 
 CORPUS = ROOT.parent / "shared" / "logs"
-CORPUS_LOGS = sorted(CORPUS.glob("*.log")) if CORPUS.is_dir() else []
+# MLPerf Training result logs (:::MLLOG lines) joined the corpus after this parser set was written: reading them
+# is its own open issue ("Numbers you can trust"); strict, so these cases fail loudly once they pass.
+NOT_YET_READ = pytest.mark.xfail(reason="MLPerf :::MLLOG format is not parsed yet", strict=True)
+CORPUS_LOGS = [pytest.param(p, id=p.stem, marks=[NOT_YET_READ] if p.stem.startswith("mlperf") else [])
+               for p in sorted(CORPUS.glob("*.log"))] if CORPUS.is_dir() else []
 
 STEP_KEYS = ("progress_bar_step", "iteration", "global_step")
 TOP_LEVEL = {"loss", "lr", "grad_norm", "step_time_s", "memory_gib"}
@@ -46,10 +50,10 @@ def same(expected, actual) -> bool:
 
 
 @pytest.mark.skipif(not CORPUS_LOGS, reason="conformance corpus ../shared/logs not present")
-@pytest.mark.parametrize("log", CORPUS_LOGS, ids=[p.stem for p in CORPUS_LOGS])
+@pytest.mark.parametrize("log", CORPUS_LOGS)
 def test_corpus_log_matches_expected(log):
     truth = json.loads(log.with_suffix(".json").read_text())
-    result = ingest_file(log, Meta())
+    result = ingest_file(log, Meta(compose))
     assert validate_result(result) == []
     expected, steps = truth["expected"], result["steps"]
     if not expected:  # runs that died before iteration 1: a failed result, never a crash or invented values
@@ -137,7 +141,7 @@ def test_primus_ansi_prefix_and_instant_average_pairs():
 
 
 def test_nemo_scientific_numbers_epochs_and_negative_times():
-    result = ingest_text(NEMO, "nemo.log", Meta(["training.seq_length=128"], warmup_steps=0))
+    result = ingest_text(NEMO, "nemo.log", Meta(compose, ["training.seq_length=128"], warmup_steps=0))
     assert result["source"]["format"] == "nemo" and [s["step"] for s in result["steps"]] == [0, 1, 10]
     assert result["steps"][0]["reported"]["tflops_per_gpu"] == 1249.0
     assert result["steps"][1]["step_time_s"] is None and result["steps"][1]["reported"]["step_time_s_printed"] == -1.5
@@ -168,13 +172,13 @@ def test_hf_string_values_split_dict_and_final_summary():
 
 
 def test_a_run_that_died_before_iteration_one_is_a_failed_result():
-    result = ingest_text(DIED, "died.log", Meta())
+    result = ingest_text(DIED, "died.log", Meta(compose))
     assert result["status"] == "failed" and result["steps"] == [] and "OutOfMemoryError" in result["error"]
     assert validate_result(result) == []
 
 
 def test_ingested_summary_uses_the_live_metrics_and_keeps_the_framework_figure():
-    meta = Meta(["model=llama", "platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=8",
+    meta = Meta(compose, ["model=llama", "platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=8",
                  "training.seq_length=8192", "training.global_batch_size=256"], warmup_steps=0)
     result = ingest_text(MEGATRON, "m.log", meta)
     s = result["summary"]
@@ -194,7 +198,7 @@ def test_tensorboard_event_files(tmp_path):
         writer.add_scalar("iteration-time", 2.0, step)
     writer.close()
     [events] = list(tmp_path.glob("events.out.tfevents*"))
-    result = ingest_file(events, Meta(["training.seq_length=1024", "training.global_batch_size=8"], warmup_steps=1))
+    result = ingest_file(events, Meta(compose, ["training.seq_length=1024", "training.global_batch_size=8"], warmup_steps=1))
     assert result["source"]["format"] == "tensorboard" and validate_result(result) == []
     assert [s["loss"] for s in result["steps"]] == [9.0, 8.0, 7.0, 6.0, 5.0]
     assert result["summary"]["tokens_per_s"] == pytest.approx(8 * 1024 / 2.0)
@@ -202,10 +206,10 @@ def test_tensorboard_event_files(tmp_path):
 
 def test_wandb_offline_run_of_a_real_benchmark(default_run):
     run_dir, _ = default_run
-    from tprimat.wandb_offline import find_offline_runs
+    from tprimat.results.wandb_offline import find_offline_runs
 
     live = json.loads((run_dir / "result.json").read_text())
-    result = ingest_file(find_offline_runs(run_dir)[0], Meta())
+    result = ingest_file(find_offline_runs(run_dir)[0], Meta(compose))
     assert result["source"]["format"] == "wandb"
     assert [s["loss"] for s in result["steps"]] == pytest.approx([s["loss"] for s in live["steps"]])
     assert [s["step_time_s"] for s in result["steps"]] == pytest.approx([s["step_time_s"] for s in live["steps"]])

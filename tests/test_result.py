@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import QUICK, ROOT, run_inprocess
 from tprimat.backends.native.train import NativeTrainer
-from tprimat.result import SCHEMA_VERSION, read_result, validate_result, write_result
-from tprimat.wandb_offline import find_offline_runs, read_offline_run
+from tprimat.results.result import SCHEMA_VERSION, read_result, validate_result, write_result
+from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
 
 def test_default_launch_writes_a_valid_ok_result(default_run):

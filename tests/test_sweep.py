@@ -7,9 +7,14 @@ import sys
 import pytest
 
 from tests.conftest import CONF, run_inprocess
-from tprimat.sweep import expand, plan_sweep
+from tprimat.compose import Composer, expand
+from tprimat.sweep.plan import plan_sweep
 
 SWEEP = ["platform=nvidia", "platform.gpu=h100", "model=llama,llama70b", "parallelism.tp=1,2,3,8"]
+
+
+def plan(overrides):
+    return plan_sweep(expand(overrides), Composer().compose)
 
 
 def test_expand_is_the_cartesian_product():
@@ -18,7 +23,7 @@ def test_expand_is_the_cartesian_product():
 
 
 def test_plan_marks_each_point_with_its_reason_and_numbers():
-    points = {" ".join(p.overrides): p for p in plan_sweep(SWEEP, str(CONF))}
+    points = {" ".join(p.overrides): p for p in plan(SWEEP)}
     assert len(points) == 8
     ok = points["platform=nvidia platform.gpu=h100 model=llama parallelism.tp=1"]
     assert ok.valid and ok.world_size == 8 and ok.dp == 8 and ok.flops_per_token == pytest.approx(51.47e9, rel=1e-3)
@@ -32,16 +37,16 @@ def test_plan_marks_each_point_with_its_reason_and_numbers():
 @pytest.mark.parametrize("overrides", [["parallelism.tp=2"], ["platform=nvidia", "platform.gpu=h100", "model=llama"],
                                        ["training.precision=fp8"], ["platform.devices_per_node=2", "parallelism.fsdp=true"]])
 def test_plan_agrees_with_a_dry_run(tmp_path, overrides):
-    [point] = plan_sweep(overrides, str(CONF))
+    [point] = plan(overrides)
     out = run_inprocess(tmp_path, [*overrides, "dry_run=true"])
     backend_ok = not (out.result["plan"] or {}).get("backend_problems")
     assert point.valid == (out.status == "dry_run" and backend_ok)
 
 
 def test_type_errors_and_unknown_keys_are_a_points_reason():
-    bad_type, good = plan_sweep(["parallelism.tp=two,1"], str(CONF))
+    bad_type, good = plan(["parallelism.tp=two,1"])
     assert not bad_type.valid and "parallelism.tp='two': must be of type int" in bad_type.reason and good.valid
-    [unknown] = plan_sweep(["training.nope=1"], str(CONF))
+    [unknown] = plan(["training.nope=1"])
     assert not unknown.valid and "training.nope: unknown key" in unknown.reason
 
 
@@ -70,7 +75,7 @@ def sweep(sweep_dir, *overrides, timeout=600):
 def result_of(path):
     import json
 
-    from tprimat.result import validate_result
+    from tprimat.results.result import validate_result
 
     result = json.loads((path / "result.json").read_text())
     assert validate_result(result) == [], validate_result(result)
@@ -122,7 +127,7 @@ def test_submitit_local_one_task_per_rank(tmp_path):
 
 
 def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
-    from tprimat.wandb_offline import find_offline_runs, read_offline_run
+    from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
     proc = sweep(tmp_path / "day" / "time", "training.seed=1,2", *QUICK_RUN[:3], f"resume_from={tmp_path / 'none'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -135,7 +140,7 @@ def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
 
 def test_slurm_keys_reach_the_sbatch_script(tmp_path):
     pytest.importorskip("submitit")
-    from tprimat.sweep_launch import make_executor
+    from tprimat.sweep.launch import make_executor
 
     executor = make_executor("slurm", {"submitit_folder": str(tmp_path / "%j"), "timeout_min": 5, "tasks_per_node": 8,
                                        "nodes": 2, "gpus_per_node": 8, "partition": "gpu", "gres": "gpu:8",

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tests.conftest import QUICK, run_inprocess
-from tprimat.telemetry import CpuSource, Sampler, Source, open_source
+from tprimat.measure.telemetry import CpuSource, Sampler, Source, open_source
 
 
 def test_cpu_run_records_telemetry(tmp_path):

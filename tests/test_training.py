@@ -5,18 +5,18 @@ import math
 import pytest
 import torch
 
-from tests.conftest import QUICK, compose_config, run_inprocess
-from tprimat.backends.native.data import SyntheticTokens
-from tprimat.backends.native.optim import lr_at
+from tests.conftest import QUICK, run_inprocess
+from tprimat.backends.common import SyntheticTokens, lr_at
 from tprimat.backends.native.train import NativeTrainer
-from tprimat.config.spec import build_spec
-from tprimat.detect import detect
-from tprimat.plan import make_plan
+from tprimat.compose import compose
+from tprimat.measure.devices import detect
+from tprimat.spec.build import build_spec
+from tprimat.spec.plan import make_plan
 
 
 def trainer_for(overrides):
     hw = detect()
-    spec = build_spec(compose_config(overrides), hw)
+    spec = build_spec(compose(overrides), hw)
     return NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
 
 
@@ -58,13 +58,13 @@ def test_metrics_are_consistent(tiny_run):
 
 
 def _training(result):
-    from tprimat.config.spec import spec_from_dict
+    from tprimat.spec.build import build_spec
 
-    return spec_from_dict(result["spec"]).training
+    return build_spec(result["spec"]).training
 
 
 def test_lr_schedule_warms_up_then_decays_to_min_lr():
-    training = build_spec(compose_config(["training.max_steps=20"]), detect()).training
+    training = build_spec(compose(["training.max_steps=20"]), detect()).training
     lrs = [lr_at(s, training) for s in range(21)]
     assert lrs[0] == pytest.approx(2e-3 / 4) and lrs[3] == pytest.approx(2e-3)
     assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
@@ -130,7 +130,7 @@ def test_fp8_path_converts_every_block_linear_and_runs():
     from tprimat.backends.native.model import Decoder
     from tprimat.backends.native.parallelize import apply_float8
 
-    spec = build_spec(compose_config(["platform=cpu"]), detect())
+    spec = build_spec(compose(["platform=cpu"]), detect())
     torch.manual_seed(0)
     model = Decoder(spec.model)
     reference = copy.deepcopy(model)

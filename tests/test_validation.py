@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from tests.conftest import compose_config, run_inprocess, run_launch
-from tprimat.config.spec import SpecError, build_spec
-from tprimat.detect import DetectedHardware, detect
-from tprimat.validate import validate
+from tests.conftest import run_inprocess, run_launch
+from tprimat.compose import compose
+from tprimat.measure.devices import detect
+from tprimat.spec.build import SpecError, build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.validate import validate
 
 BAD = [
     # (overrides, every fragment the violation line must contain)
@@ -61,7 +63,7 @@ BAD = [
 
 def problems_for(overrides, hw=None, dry_run=True):
     hw = hw or detect()
-    return validate(build_spec(compose_config(overrides), hw), hw, dry_run=dry_run)
+    return validate(build_spec(compose(overrides), hw), hw, dry_run=dry_run)
 
 
 @pytest.mark.parametrize("overrides,fragments", BAD, ids=[" ".join(o) for o, _ in BAD])
@@ -95,7 +97,7 @@ def test_more_devices_than_the_node_has():
 
 def test_unknown_key_added_on_the_command_line_is_rejected():
     with pytest.raises(SpecError, match=r"training.foo: unknown key"):
-        build_spec(compose_config(["+training.foo=1"]), detect())
+        build_spec(compose(["+training.foo=1"]), detect())
 
 
 def test_invalid_run_exits_2_without_traceback_and_records_why(tmp_path):
@@ -121,18 +123,10 @@ def test_type_errors_are_rejected_by_the_schema(tmp_path):
     assert not (tmp_path / "result.json").exists()
 
 
-def test_a_registered_backend_that_is_not_built_says_so(monkeypatch):
-    from tprimat import backends
-
-    monkeypatch.setitem(backends.REGISTRY, "jax", backends.BackendInfo("jax", "", "a JAX trainer"))
-    problems = problems_for(["framework.name=jax"])
-    assert any("framework.name=jax" in p and "not built yet" in p for p in problems)
-
-
 def test_a_backend_whose_package_is_missing_says_how_to_install(monkeypatch):
     from tprimat import backends
+    from tprimat.spec.frameworks import FRAMEWORKS, FrameworkInfo
 
-    monkeypatch.setitem(backends.REGISTRY, "ghost", backends.BackendInfo("ghost", "no_such_module.backend",
-                                                                         "a framework", "ghost"))
+    monkeypatch.setitem(FRAMEWORKS, "ghost", FrameworkInfo("ghost", "no_such_module.backend", "a framework", "ghost"))
     with pytest.raises(backends.BackendUnavailable, match=r"not installed.*pip install 'tprimat\[ghost\]'"):
         backends.load("ghost")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def check(paths: list[str]) -> int:
-    from tprimat.result import read_result, validate_result
+    from tprimat.results.result import read_result, validate_result
 
     bad = 0
     for path in paths:
@@ -24,12 +24,10 @@ def check(paths: list[str]) -> int:
 
 
 def plan(args) -> int:
-    from tprimat.config.schema import register_configs
-    from tprimat.launch import CONFIG_DIR
-    from tprimat.sweep import plan_sweep, print_points, write_csv
+    from tprimat.compose import Composer, expand
+    from tprimat.sweep.plan import plan_sweep, print_points, write_csv
 
-    register_configs()
-    points = plan_sweep(list(args.overrides), CONFIG_DIR)
+    points = plan_sweep(expand(list(args.overrides)), Composer().compose)
     print_points(points)
     if args.out:
         print(f"wrote {write_csv(points, Path(args.out))}")
@@ -50,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
     check_parser.add_argument("results", nargs="+")
     from tprimat.compare.cli import add_arguments as compare_arguments
-    from tprimat.preflight import add_arguments as preflight_arguments
+    from tprimat.execute.preflight import add_arguments as preflight_arguments
 
     compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
     preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
@@ -70,11 +68,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "plan":
         sys.exit(plan(args))
     if args.command == "ingest":
-        from tprimat.config.schema import register_configs
+        from tprimat.compose import compose
         from tprimat.ingest.cli import run as ingest
 
-        register_configs()
-        sys.exit(ingest(args))
-    from tprimat.preflight import run as preflight
+        sys.exit(ingest(args, compose))
+    from tprimat.execute.preflight import run as preflight
 
     sys.exit(preflight(args))

@@ -12,10 +12,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tprimat.config.schema import register_configs
-from tprimat.run import EXIT_OK, execute
+from tprimat.compose import CONFIG_DIR, register_configs, to_plain
+from tprimat.execute.run import EXIT_OK, execute
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
 
 register_configs()
@@ -29,7 +28,7 @@ def task(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logging.wandb.group is None:  # one W&B group per sweep
         cfg.logging.wandb.group = sweep_group(Path(str(hydra_cfg.sweep.dir)))
-    outcome = execute(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+    outcome = execute(to_plain(cfg), Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
     if hydra_cfg.mode == RunMode.MULTIRUN:  # one bad point never stops a sweep
         SWEEP_OUTCOMES.append((" ".join(hydra_cfg.overrides.task), outcome.status))
         return outcome.exit_code
@@ -44,24 +43,38 @@ def sweep_group(sweep_dir: Path) -> str:
 
 
 def main() -> None:
-    from tprimat.distributed import exit_rank, rank_env
-    from tprimat.sweep_launch import LAST_SUMMARY
+    from tprimat.execute.distributed import rank_env
 
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
         sys.argv.append("hydra.output_subdir=null")
-    if env is not None:  # one rank of torchrun / srun: its exit code is the run's, whatever teardown does
-        try:
-            task()
-        except SystemExit as exc:
-            exit_rank(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
-        exit_rank(0)
+    if env is not None:
+        run_as_rank()
     task()
+    exit_after_sweep()
+
+
+def run_as_rank() -> None:
+    """One rank of torchrun / srun: its exit code is the run's, whatever torch.distributed's teardown does."""
+    from tprimat.execute.distributed import exit_rank
+
+    try:
+        task()
+    except SystemExit as exc:
+        exit_rank(0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1)
+    exit_rank(0)
+
+
+def exit_after_sweep() -> None:
+    """After a sweep: a one-line tally, every point that was not ok, exit 1 if any."""
+    from tprimat.sweep.launch import LAST_SUMMARY
+
     outcomes = [(row["overrides"], row["status"]) for row in LAST_SUMMARY] or SWEEP_OUTCOMES
-    if outcomes:
-        bad = [(point, status) for point, status in outcomes if status not in ("ok", "dry_run", "skipped")]
-        log = logging.getLogger("tprimat")
-        log.info("sweep: %d points, %d ok, %d not ok", len(outcomes), len(outcomes) - len(bad), len(bad))
-        for point, status in bad:
-            log.info("  %s: %s", status, point or "(defaults)")
-        sys.exit(1 if bad else 0)
+    if not outcomes:
+        return
+    bad = [(point, status) for point, status in outcomes if status not in ("ok", "dry_run", "skipped")]
+    log = logging.getLogger("tprimat")
+    log.info("sweep: %d points, %d ok, %d not ok", len(outcomes), len(outcomes) - len(bad), len(bad))
+    for point, status in bad:
+        log.info("  %s: %s", status, point or "(defaults)")
+    sys.exit(1 if bad else 0)

@@ -38,7 +38,8 @@ class TprimatSweepMixin(Launcher):
 
     # -- before anything runs ---------------------------------------------------------------------------
     def prepare(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> List[PointState]:
-        from tprimat.sweep_launch import prepare_point
+        from tprimat.compose import to_plain
+        from tprimat.sweep.launch import prepare_point
 
         setup_globals()
         points = []
@@ -50,7 +51,8 @@ class TprimatSweepMixin(Launcher):
                 sweep_config.hydra.job.num = idx
             run_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
             point = PointState(idx, list(overrides), run_dir)
-            prepare_point(point, sweep_config)
+            point_config = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
+            prepare_point(point, to_plain(point_config))
             points.append(point)
         for p in points:
             if p.status != "pending":
@@ -58,7 +60,7 @@ class TprimatSweepMixin(Launcher):
         return points
 
     def finish(self, points: List[PointState], returns: List[JobReturn]) -> List[JobReturn]:
-        from tprimat.sweep_launch import write_summary
+        from tprimat.sweep.launch import write_summary
 
         write_summary(points, Path(str(self.config.hydra.sweep.dir)))
         return returns
@@ -96,8 +98,8 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
 
     def __call__(self, overrides: List[str], idx: int, singleton_state) -> JobReturn:
         """Runs inside each submitted task (one per rank)."""
-        from tprimat.distributed import exit_rank
-        from tprimat.sweep_launch import init_task_rank
+        from tprimat.execute.distributed import exit_rank
+        from tprimat.sweep.launch import init_task_rank
 
         Singleton.set_state(singleton_state)
         setup_globals()
@@ -120,7 +122,7 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from tprimat.sweep_launch import collect, make_executor
+        from tprimat.sweep.launch import make_executor
 
         points = self.prepare(job_overrides, initial_job_idx)
         todo = [p for p in points if p.status == "pending"]
@@ -134,6 +136,19 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
                 log.info("#%d submitted as job %s: %s", point.idx, job.job_id, " ".join(filter_overrides(point.overrides)))
             returns = [collect(point, job) for point, job in zip(todo, jobs)]
         return self.finish(points, returns)
+
+
+def collect(point: PointState, job) -> JobReturn:
+    """The job's outcome; a job that was cancelled, timed out or died becomes a failed result."""
+    from tprimat.sweep.launch import record_job_failure
+
+    try:
+        return job.results()[0]
+    except Exception as exc:  # noqa: BLE001 - UncompletedJobError, FailedJobError, ...
+        record_job_failure(point, job, exc)
+        ret = JobReturn()
+        ret.status, ret._return_value, ret.overrides = JobStatus.FAILED, exc, point.overrides
+        return ret
 
 
 class TprimatLocalLauncher(TprimatSubmititLauncher):

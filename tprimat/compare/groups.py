@@ -8,26 +8,21 @@ train, and the flags that make a number untrustworthy.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-
 from tprimat.compare import stats
 from tprimat.compare.load import Loaded
-from tprimat.hardware import lookup
+from tprimat.spec.build import spec_identity
+from tprimat.spec.hardware import lookup
 
 DRIFT_WARN = 0.05  # 5% change of the median step time across the measured window
-BOOKKEEPING = {"run_name", "dry_run", "logging", "benchmark"}
 
 
-def spec_identity(result: dict) -> str:
-    spec = {k: v for k, v in (result.get("spec") or {}).items() if k not in BOOKKEEPING}
-    blob = json.dumps({"schema": result["schema_version"], "spec": spec}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+def identity_of(result: dict) -> str:
+    """The group key: the spec's identity (``tprimat.spec.build.spec_identity``, the key resume uses too)."""
+    return spec_identity(result.get("spec") or {})
 
 
 def device_of(result: dict) -> str:
@@ -112,7 +107,7 @@ class Group:
 def build_groups(loaded: list[Loaded], aggregate: str = "median", ceilings: Optional[dict] = None) -> list[Group]:
     by_identity: dict[str, Group] = {}
     for item in loaded:
-        ident = spec_identity(item.result)
+        ident = identity_of(item.result)
         by_identity.setdefault(ident, Group(ident, [], aggregate)).runs.append(item)
     groups = sorted(by_identity.values(), key=lambda g: g.label)
     for group in groups:
@@ -229,7 +224,3 @@ def group_summary(group: Group) -> dict:
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items() if k != "step_time_s"},
             "step_time_s_median": m["step_time_s"]["median"], "step_time_s_iqr": m["step_time_s"]["iqr"],
             "flags": list(group.flags)}
-
-
-def steps_array(group: Group, key: str) -> np.ndarray:
-    return np.asarray([s[key] for s in group.measured()], dtype=float)

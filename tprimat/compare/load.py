@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tprimat.result import validate_result
+from tprimat.results.result import validate_result
 
 
 @dataclass(frozen=True)

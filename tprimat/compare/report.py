@@ -23,48 +23,13 @@ def _audit(group: Group) -> str:
 
 
 def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str) -> list[str]:
-    lines = ["# tprimat comparison report", ""]
-    lines += ["## Summary", ""]
-    for s in found:
-        lines.append(f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}")
-    if not found:
-        lines.append("- no pair of groups shares a model and methodology: nothing to compare head to head")
-    for g in groups:
-        lines += [f"- FLAG {g.label}: {flag}" for flag in g.flags]
-    lines += ["", "## Hardware and software", ""]
-    rows = []
-    for g in groups:
-        env = g.first.get("environment") or {}
-        gpu, cpu = env.get("gpu") or {}, env.get("cpu") or {}
-        rows.append([g.label, str(gpu.get("name") or cpu.get("model") or "n/a"), str(gpu.get("count") or 0),
-                     str(gpu.get("driver") or "n/a"), str((env.get("packages") or {}).get("torch", "n/a")),
-                     f"{g.framework} {(g.first.get('framework') or {}).get('version', '')}"])
-    lines += _md_table(["group", "device", "GPUs", "driver", "torch", "framework"], rows)
-    lines += ["", "## Configuration", ""]
-    rows = []
-    for g in groups:
-        tr = g.spec["training"]
-        rows.append([g.label, g.methodology, layout_of(g.first), tr["precision"], str(tr["global_batch_size"]),
-                     str(tr["micro_batch_size"]), str(tr["seq_length"]), f"{tr['optimizer']['lr']:g}",
-                     tr["activation_checkpointing"], _audit(g)])
-    lines += _md_table(["group", "methodology", "layout", "precision", "GBS", "MBS", "seq", "lr", "recompute",
-                        "audit"], rows)
+    lines = ["# tprimat comparison report", ""] + summary_section(groups, found)
+    lines += ["", "## Hardware and software", ""] + hardware_table(groups)
+    lines += ["", "## Configuration", ""] + configuration_table(groups)
     lines += ["", "## Performance", ""]
     lines += _md_table([h for h, _ in COLUMNS], [[cell(g, k) for _, k in COLUMNS] for g in groups])
-    lines += ["", "## Memory and efficiency", ""]
-    rows = [[g.label, fmt(s["peak_memory_gib"]), fmt(s["memory_utilisation"], "memory_utilisation"),
-             fmt(s["tflops_per_device"]), fmt(s["mfu"], "mfu"), fmt(s["peak_tflops"]),
-             fmt(s["mfu_vs_measured"], "mfu_vs_measured"), fmt(s["measured_ceiling_tflops"])]
-            for g, s in ((g, group_summary(g)) for g in groups)]
-    lines += _md_table(["group", "peak mem GiB", "mem utilisation", "TFLOP/s/device", "MFU (spec peak)",
-                        "spec peak TFLOP/s", "MFU (measured ceiling)", "measured ceiling TFLOP/s"], rows)
-    lines += ["", "## Cost, energy and time to train", ""]
-    rows = [[g.label, fmt(s["price_per_device_hour_usd"]), fmt(s["usd_per_1t_tokens"]), fmt(s["tokens_per_usd"]),
-             fmt(s["energy_kwh_per_1m_tokens"]) + (" (ESTIMATE)" if s["energy_is_estimate"] else ""),
-             s["energy_source"], fmt(s["days_to_train_1t"]), fmt(s["days_to_train_15t"])]
-            for g, s in ((g, group_summary(g)) for g in groups)]
-    lines += _md_table(["group", "$/device-hour", "$ per 1T tokens", "tokens per $", "kWh per 1M tokens",
-                        "energy source", "days to 1T tokens", "days to 15T tokens"], rows)
+    lines += ["", "## Memory and efficiency", ""] + efficiency_table(groups)
+    lines += ["", "## Cost, energy and time to train", ""] + cost_table(groups)
     lines += ["", "Prices: " + "; ".join(sorted({g.metrics['price_source'] for g in groups})) + ".", ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in plots] + [""]
@@ -72,6 +37,54 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
     if skipped:
         lines += ["", "## Skipped inputs", ""] + [f"- {p}: {why}" for p, why in skipped]
     return lines
+
+
+def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
+    lines = ["## Summary", ""]
+    lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in found]
+    if not found:
+        lines.append("- no pair of groups shares a model and methodology: nothing to compare head to head")
+    return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in g.flags]
+
+
+def hardware_table(groups: list[Group]) -> list[str]:
+    rows = []
+    for g in groups:
+        env = g.first.get("environment") or {}
+        gpu, cpu = env.get("gpu") or {}, env.get("cpu") or {}
+        rows.append([g.label, str(gpu.get("name") or cpu.get("model") or "n/a"), str(gpu.get("count") or 0),
+                     str(gpu.get("driver") or "n/a"), str((env.get("packages") or {}).get("torch", "n/a")),
+                     f"{g.framework} {(g.first.get('framework') or {}).get('version', '')}"])
+    return _md_table(["group", "device", "GPUs", "driver", "torch", "framework"], rows)
+
+
+def configuration_table(groups: list[Group]) -> list[str]:
+    rows = []
+    for g in groups:
+        tr = g.spec["training"]
+        rows.append([g.label, g.methodology, layout_of(g.first), tr["precision"], str(tr["global_batch_size"]),
+                     str(tr["micro_batch_size"]), str(tr["seq_length"]), f"{tr['optimizer']['lr']:g}",
+                     tr["activation_checkpointing"], _audit(g)])
+    return _md_table(["group", "methodology", "layout", "precision", "GBS", "MBS", "seq", "lr", "recompute",
+                      "audit"], rows)
+
+
+def efficiency_table(groups: list[Group]) -> list[str]:
+    rows = [[g.label, fmt(s["peak_memory_gib"]), fmt(s["memory_utilisation"], "memory_utilisation"),
+             fmt(s["tflops_per_device"]), fmt(s["mfu"], "mfu"), fmt(s["peak_tflops"]),
+             fmt(s["mfu_vs_measured"], "mfu_vs_measured"), fmt(s["measured_ceiling_tflops"])]
+            for g, s in ((g, group_summary(g)) for g in groups)]
+    return _md_table(["group", "peak mem GiB", "mem utilisation", "TFLOP/s/device", "MFU (spec peak)",
+                      "spec peak TFLOP/s", "MFU (measured ceiling)", "measured ceiling TFLOP/s"], rows)
+
+
+def cost_table(groups: list[Group]) -> list[str]:
+    rows = [[g.label, fmt(s["price_per_device_hour_usd"]), fmt(s["usd_per_1t_tokens"]), fmt(s["tokens_per_usd"]),
+             fmt(s["energy_kwh_per_1m_tokens"]) + (" (ESTIMATE)" if s["energy_is_estimate"] else ""),
+             s["energy_source"], fmt(s["days_to_train_1t"]), fmt(s["days_to_train_15t"])]
+            for g, s in ((g, group_summary(g)) for g in groups)]
+    return _md_table(["group", "$/device-hour", "$ per 1T tokens", "tokens per $", "kWh per 1M tokens",
+                      "energy source", "days to 1T tokens", "days to 15T tokens"], rows)
 
 
 def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:

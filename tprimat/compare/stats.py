@@ -20,10 +20,6 @@ def quartiles(values: Sequence[float]) -> tuple[float, float]:
     return float(q1), float(q3)
 
 
-def harmonic_mean(rates: Sequence[float]) -> float:
-    return statistics.harmonic_mean(rates)
-
-
 def olympic_mean(values: Sequence[float]) -> float:
     """MLPerf Training: drop the fastest and the slowest run, average the rest (plain mean below 3 runs)."""
     ordered = sorted(values)

@@ -6,18 +6,18 @@ import hashlib
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from tprimat import flops
-from tprimat.config.schema import TprimatConf, freeze
-from tprimat.config.spec import spec_from_dict, spec_to_dict
-from tprimat.detect import DetectedHardware
-from tprimat.ingest.clean import clean_lines
-from tprimat.ingest.parsers import PARSERS, detect, failure_excerpt, hf_final_summary
-from tprimat.metrics import summarize
-from tprimat.plan import make_plan
-from tprimat.records import StepRecord
-from tprimat.result import make_result, new_run_id
+from tprimat.logs.clean import clean_lines
+from tprimat.logs.parsers import PARSERS, detect, failure_excerpt, hf_final_summary
+from tprimat.results.metrics import summarize
+from tprimat.results.records import StepRecord
+from tprimat.results.result import make_result, new_run_id
+from tprimat.spec import flops
+from tprimat.spec.build import build_spec, spec_to_dict
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import make_plan
+from tprimat.spec.schema import TprimatConf
 
 FRAMEWORK_OF = {"megatron": "megatron", "primus": "primus", "nemo": "nemo", "torchtitan": "torchtitan",
                 "deepspeed": "deepspeed", "hf": "transformers"}
@@ -29,8 +29,9 @@ NO_HARDWARE = DetectedHardware("none", "ingested log: no live hardware", 0, 0.0,
 
 @dataclass
 class Meta:
-    """What a log does not say, from the command line (all optional)."""
+    """What a log does not say, from the command line, and how the entry point composes a config."""
 
+    compose: Callable[[list[str]], dict]  # overrides -> plain config (tprimat.compose.compose)
     overrides: list[str] = field(default_factory=list)  # Hydra-style: model=llama platform=amd ...
     warmup_steps: Optional[int] = None
 
@@ -58,21 +59,11 @@ def parse_text(raw: str, fmt: str = "auto") -> Parsed:
 
 
 def base_spec(meta: Meta, framework: str) -> TprimatConf:
-    from hydra import compose, initialize_config_dir
-
-    from tprimat.launch import CONFIG_DIR
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[f"framework.name={framework}", "logging.wandb.mode=disabled",
-                                           "platform=cpu", *meta.overrides])
-    from omegaconf import OmegaConf
-
-    data = OmegaConf.to_container(cfg, resolve=True)
-    data.pop("hydra", None)
-    spec = spec_from_dict(data)
+    config = meta.compose([f"framework.name={framework}", "logging.wandb.mode=disabled", "platform=cpu",
+                           *meta.overrides])
     if meta.warmup_steps is not None:
-        spec.benchmark.warmup_steps = meta.warmup_steps
-    return spec
+        config["benchmark"]["warmup_steps"] = meta.warmup_steps
+    return build_spec(config)
 
 
 def to_records(steps: list[dict], spec: TprimatConf, warnings: list[str]) -> list[StepRecord]:
@@ -121,25 +112,24 @@ def _result(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     framework = FRAMEWORK_OF.get(parsed.format, "unknown")
     spec = base_spec(meta, framework if framework != "unknown" else "native")
     if framework == "unknown" and not any(o.startswith("framework.name=") for o in meta.overrides):
-        spec.framework.name = "unknown"
+        spec = build_spec({**spec_to_dict(spec), "framework": {**spec_to_dict(spec.framework), "name": "unknown"}})
     warnings: list[str] = []
     records = to_records(parsed.steps, spec, warnings)
-    frozen = freeze(spec)
-    plan = replace(make_plan(frozen, NO_HARDWARE), backend=framework,
+    plan = replace(make_plan(spec, NO_HARDWARE), backend=framework,
                    backend_description=f"ingested {parsed.format} log {name}")
     summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
     if summary is not None:
-        summary.update(infer_convention(parsed.format, records, frozen, plan.world_size))
+        summary.update(infer_convention(parsed.format, records, spec, plan.world_size))
     status = "failed" if parsed.error else "ok"
     if status == "ok" and summary is None:
         warnings.append("no step has both a step time and a token count: throughput not computed "
                         "(pass training.seq_length / training.global_batch_size, or the log has no step times)")
-    result = make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=spec_to_dict(frozen),
+    result = make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=spec_to_dict(spec),
                          plan=plan.as_dict(), environment=None, steps=[r.as_dict() for r in records],
                          summary=summary, warnings=warnings, framework={"name": framework, "version": None},
-                         overrides=meta.overrides)
-    result["source"] = {"kind": "ingested", "format": parsed.format, "file": name,
-                        "sha256": sha256, "final_summary": parsed.final}
+                         overrides=meta.overrides,
+                         source={"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
+                                 "final_summary": parsed.final})
     return result
 
 

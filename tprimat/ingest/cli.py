@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file
-from tprimat.result import write_result
+from tprimat.results.result import write_result
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="any other config key, e.g. --set model.num_layers=4 (repeatable)")
 
 
-def meta_from(args: argparse.Namespace) -> Meta:
+def meta_from(args: argparse.Namespace, compose) -> Meta:
     overrides = []
     if args.model:
         overrides.append(f"model={args.model}")
@@ -44,16 +44,17 @@ def meta_from(args: argparse.Namespace) -> Meta:
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides.append(f"{key}={value}")
-    return Meta(overrides + list(args.set), args.warmup_steps)
+    return Meta(compose, overrides + list(args.set), args.warmup_steps)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, compose) -> int:
+    """``compose``: overrides -> plain config, from the entry point (tprimat.compose.compose)."""
     paths = args.paths
     runs = find_runs(paths)
     if not runs:
         print(f"no logs found under {' '.join(paths)}")
         return 1
-    meta, out = meta_from(args), Path(args.out)
+    meta, out = meta_from(args, compose), Path(args.out)
     for path in runs:
         result = ingest_file(path, meta, args.format)
         target = write_result(result, out / f"{path.stem}-{result['run_id']}")

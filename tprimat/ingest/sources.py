@@ -70,7 +70,7 @@ def steps_from_scalars(scalars: dict[str, dict[int, float]]) -> list[dict]:
 
 
 def wandb_steps(path: Path) -> list[dict]:
-    from tprimat.wandb_offline import read_offline_run
+    from tprimat.results.wandb_offline import read_offline_run
 
     run = read_offline_run(path)
     scalars: dict[str, dict[int, float]] = {}

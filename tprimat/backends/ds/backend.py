@@ -12,14 +12,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tprimat.backends.base import StepSink
-from tprimat.backends.native.data import SyntheticTokens
+from tprimat.backends.base import Backend, RunOutcome, StepSink
+from tprimat.backends.common import (
+    SyntheticTokens,
+    batch_phrase,
+    lr_at,
+    measure_steps,
+    optimizer_settings,
+    param_groups,
+    pick_device,
+    run_repeats,
+)
 from tprimat.backends.native.model import Decoder
-from tprimat.backends.native.optim import batch_phrase, lr_at, optimizer_settings
 from tprimat.backends.native.parallelize import apply_activation_checkpointing
-from tprimat.config.schema import TprimatConf
-from tprimat.measure import run_measured
-from tprimat.plan import Plan
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
 def ds_config(spec: TprimatConf, plan: Plan) -> dict:
@@ -39,12 +46,6 @@ def ds_config(spec: TprimatConf, plan: Plan) -> dict:
     if spec.parallelism.zero_stage == 3:
         config["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "contiguous_gradients": True})
     return config
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
 class DeepSpeedTrainer:
@@ -92,7 +93,7 @@ class DeepSpeedTrainer:
                 "lr_schedule": "tprimat warmup_cosine (LambdaLR)", "ds_config": self.config}
 
 
-class DeepSpeedBackend:
+class DeepSpeedBackend(Backend):
     name = "deepspeed"
 
     def version(self) -> str:
@@ -105,7 +106,7 @@ class DeepSpeedBackend:
         return (f"DeepSpeed ZeRO-{spec.parallelism.zero_stage} engine around the native {spec.model.family} decoder: "
                 + batch_phrase(tr.micro_batch_size, tr.seq_length, plan.dp, plan.grad_accum_steps, tr.precision))
 
-    def config(self, spec: TprimatConf, plan: Plan) -> dict:
+    def generated_config(self, spec: TprimatConf, plan: Plan) -> dict:
         return ds_config(spec, plan)
 
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
@@ -121,16 +122,18 @@ class DeepSpeedBackend:
             problems.append("training.compile=true: not wired for framework=deepspeed; use framework=native")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
-        device = torch.device("cpu") if spec.platform.name == "cpu" else torch.device("cuda", torch.cuda.current_device())
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
+        device = pick_device(spec)
+
+        def run_once(repeat: int) -> dict:
+            trainer = DeepSpeedTrainer(spec, plan, device)
+            measure_steps(trainer.step, spec, plan, device, repeat, on_step)
+            effective = trainer.effective_settings()
+            trainer.engine.destroy()
+            return effective
+
         with single_process_group(device):
-            for repeat in range(spec.benchmark.repeats):
-                trainer = DeepSpeedTrainer(spec, plan, device)
-                run_measured(trainer.step, spec.training.max_steps, plan.tokens_per_step,
-                             spec.benchmark.warmup_steps, repeat, device, on_step)
-                effective = trainer.effective_settings()
-                trainer.engine.destroy()
-        return effective
+            return RunOutcome(effective=run_repeats(spec, run_once))
 
 
 class single_process_group:

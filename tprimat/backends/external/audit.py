@@ -8,8 +8,8 @@ import math
 import re
 from typing import Optional
 
-from tprimat.config.schema import TprimatConf
-from tprimat.ingest.clean import clean_lines
+from tprimat.logs.clean import clean_lines
+from tprimat.spec.schema import TprimatConf
 
 ARGS_START = re.compile(r"-{6,} arguments -{6,}")
 ARGS_END = re.compile(r"-{6,} end of arguments -{6,}")
@@ -155,7 +155,3 @@ def _same(want, got) -> bool:
 def describe_failures(result: dict) -> list[str]:
     return [f"audit: {c['key']} requested {c['requested']} but the framework ran {c['effective']}"
             for c in result["checks"] if not c["ok"]]
-
-
-def audit_or_none(spec: TprimatConf, log_text: Optional[str], steps: list[dict]) -> Optional[dict]:
-    return audit(spec, log_text, steps) if log_text is not None else None

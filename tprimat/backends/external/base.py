@@ -10,17 +10,18 @@ import signal
 import subprocess
 import threading
 import time
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tprimat.backends.base import StepSink
+from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.external.audit import audit, describe_failures
-from tprimat.config.schema import TprimatConf
-from tprimat.ingest.clean import clean_line
-from tprimat.ingest.parsers import PARSERS
-from tprimat.plan import Plan
-from tprimat.records import StepRecord
+from tprimat.logs.clean import clean_line
+from tprimat.logs.parsers import PARSERS
+from tprimat.results.records import StepRecord
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
 @dataclass
@@ -52,7 +53,7 @@ def torchrun(spec: TprimatConf) -> list[str]:
             f"--master_port={rdv['MASTER_PORT']}"]
 
 
-class ExternalBackend:
+class ExternalBackend(Backend):
     name = ""
     launches_own_ranks = True  # torchrun / run_pretrain.sh / NeMo-Run start the ranks, not tprimat
     log_format = "megatron"  # ingestion parser for what the framework prints
@@ -62,8 +63,9 @@ class ExternalBackend:
         raw = spec.framework.path or os.environ.get(self.path_env)
         return Path(raw).expanduser() if raw else None
 
+    @abstractmethod
     def launch(self, spec: TprimatConf, plan: Plan, launch_dir: Path) -> Launch:
-        raise NotImplementedError
+        """The command, environment and generated files that run the spec with this framework."""
 
     def version(self) -> str:
         return f"{self.name} (external process; version read from its own output)"
@@ -82,11 +84,16 @@ class ExternalBackend:
             return [f"framework.path={path}: does not exist"]
         return []
 
-    def config(self, spec: TprimatConf, plan: Plan) -> dict:
+    def generated_config(self, spec: TprimatConf, plan: Plan) -> dict:
         launch = self.launch(spec, plan, Path("launch"))
         return {**launch.as_dict(), "file_contents": launch.files}
 
-    def materialize(self, spec: TprimatConf, plan: Plan, run_dir: Path) -> Launch:
+    def materialize(self, spec: TprimatConf, plan: Plan, run_dir: Path) -> dict:
+        launch = self.write_launch(spec, plan, run_dir)
+        return {**launch.as_dict(), "file_contents": launch.files}
+
+    def write_launch(self, spec: TprimatConf, plan: Plan, run_dir: Path) -> Launch:
+        """Write the generated files and command.json under ``run_dir/launch``."""
         launch_dir = (run_dir / "launch").resolve()
         launch = self.launch(spec, plan, launch_dir)
         launch_dir.mkdir(parents=True, exist_ok=True)
@@ -99,37 +106,41 @@ class ExternalBackend:
         """tprimat keys read from a config file the framework wrote itself during the run (none by default)."""
         return {}
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir: Optional[Path] = None) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir: Optional[Path] = None) -> RunOutcome:
+        """Run the framework as a process group, stream and parse its output, audit what it printed."""
         run_dir = Path(run_dir or ".")
-        launch = self.materialize(spec, plan, run_dir)
+        launch = self.write_launch(spec, plan, run_dir)
         log_path = run_dir / "framework.log"
-        steps: list[dict] = []
-        proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env}, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace",
-                                start_new_session=True)
-        timer = threading.Timer(spec.framework.timeout_min * 60, _kill_group, args=(proc,))
-        timer.start()
         started = time.monotonic()
-        try:
-            with open(log_path, "w") as log:
-                for line in proc.stdout:
-                    log.write(line)
-                    self._step_from(line, spec, plan, steps, on_step)
-            code = proc.wait()
-        finally:
-            timer.cancel()
-            _kill_group(proc)
+        code = self._stream(launch, spec, plan, log_path, on_step)
         text = log_path.read_text(errors="replace")
-        saved = self.effective_settings(spec, (run_dir / "launch").resolve())
-        result = {"command": launch.argv, "audit": audit(spec, text, steps, saved), "log": log_path.name}
         if code != 0:
             timed_out = time.monotonic() - started >= spec.framework.timeout_min * 60
             tail = "\n".join(text.splitlines()[-30:])
             reason = f"timed out after {spec.framework.timeout_min} min" if timed_out else f"exited with code {code}"
             raise ExternalFailed(f"{self.name} {reason}; last lines of {log_path.name}:\n{tail}")
-        for line in describe_failures(result["audit"]):
-            result.setdefault("audit_failures", []).append(line)
-        return result
+        saved = self.effective_settings(spec, (run_dir / "launch").resolve())
+        report = audit(spec, text, self._steps, saved)
+        return RunOutcome(effective={"command": launch.argv, "log": log_path.name, **saved}, audit=report,
+                          audit_failures=describe_failures(report))
+
+    def _stream(self, launch: Launch, spec: TprimatConf, plan: Plan, log_path: Path, on_step: StepSink) -> int:
+        """Start the command in its own session, tee its output to ``log_path`` while parsing steps; its exit code."""
+        self._steps: list[dict] = []
+        proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env}, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace",
+                                start_new_session=True)
+        timer = threading.Timer(spec.framework.timeout_min * 60, _kill_group, args=(proc,))
+        timer.start()
+        try:
+            with open(log_path, "w") as log:
+                for line in proc.stdout:
+                    log.write(line)
+                    self._step_from(line, spec, plan, self._steps, on_step)
+            return proc.wait()
+        finally:
+            timer.cancel()
+            _kill_group(proc)
 
     def _step_from(self, line: str, spec: TprimatConf, plan: Plan, steps: list[dict], on_step: StepSink) -> None:
         for step in PARSERS[self.log_format]([clean_line(line)]):

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
-from tprimat.config.schema import TprimatConf
-from tprimat.plan import Plan
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf, head_dim_of
 
 
 def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
     """Every Megatron-LM argument the spec decides (argparse dest names); True = a flag, None = omitted."""
     m, tr, opt, par = spec.model, spec.training, spec.training.optimizer, spec.parallelism
-    head_dim = m.head_dim or m.hidden_size // m.num_attention_heads
+    head_dim = head_dim_of(m)
     recompute = {"full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
                  "selective": {"recompute_granularity": "selective"}}.get(tr.activation_checkpointing, {})
     return {

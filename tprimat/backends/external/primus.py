@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tprimat.backends.external.base import ExternalBackend, Launch, rendezvous_env
 from tprimat.backends.external.megatron import megatron_settings
-from tprimat.config.schema import TprimatConf
-from tprimat.plan import Plan
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 # Primus's model configs (primus/configs/models/megatron/<name>.yaml); overridable with framework.recipe. Primus
 # ships no Mistral 7B config: the Llama 3 8B one with every dimension overridden below is Mistral's architecture.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tprimat.backends.external.audit import torchtitan_saved_config
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
-from tprimat.config.schema import TprimatConf
-from tprimat.plan import Plan
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 FLAVOURS = ("registry", "toml")
 TOML = {"llama": "torchtitan/models/llama3/train_configs/llama3_8b.toml",

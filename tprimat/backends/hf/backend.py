@@ -8,13 +8,21 @@ import tempfile
 
 import torch
 
-from tprimat.backends.base import StepSink
-from tprimat.backends.native.data import SyntheticTokens
-from tprimat.backends.native.optim import batch_phrase, build_optimizer, lr_at, optimizer_settings, set_lr
-from tprimat.config.schema import TprimatConf
-from tprimat.measure import MemoryProbe, StepClock
-from tprimat.plan import Plan
-from tprimat.records import StepRecord
+from tprimat.backends.base import Backend, RunOutcome, StepSink
+from tprimat.backends.common import (
+    SyntheticTokens,
+    batch_phrase,
+    build_optimizer,
+    lr_at,
+    optimizer_settings,
+    pick_device,
+    run_repeats,
+    set_lr,
+)
+from tprimat.measure.step import MemoryProbe, StepClock
+from tprimat.results.records import StepRecord
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
 class SyntheticDataset(torch.utils.data.Dataset):
@@ -41,7 +49,7 @@ def effective_settings(optimizer, args, scheduler_name: str) -> dict:
             "precision": "bf16" if args.bf16 else "fp32"}
 
 
-class TransformersBackend:
+class TransformersBackend(Backend):
     name = "transformers"
 
     def version(self) -> str:
@@ -71,63 +79,81 @@ class TransformersBackend:
                             "use none or full")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
-        effective = {}
-        for repeat in range(spec.benchmark.repeats):
-            effective = self._run_once(spec, plan, on_step, repeat)
-        return effective
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
+        return RunOutcome(effective=run_repeats(spec, lambda repeat: self._run_once(spec, plan, on_step, repeat)))
 
     def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
-        from transformers import Trainer, TrainerCallback, TrainingArguments
-
         from tprimat.backends.hf.model import build_model
 
         tr = spec.training
-        device = torch.device("cpu") if spec.platform.name == "cpu" else torch.device("cuda", torch.cuda.current_device())
+        device = pick_device(spec)
         torch.manual_seed(tr.seed)
         model = build_model(spec.model)
         optimizer = build_optimizer(model, tr)
         set_lr(optimizer, tr.optimizer.lr)  # LambdaLR scales this base lr by lr_at(step) / lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, tr) / tr.optimizer.lr)
-        clock, probe = StepClock(device), MemoryProbe(device)
-        pending: dict = {}
-
-        class Recorder(TrainerCallback):
-            def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
-                pending["lr"] = optimizer.param_groups[0]["lr"]
-                clock.start()
-
-            def on_step_end(self, args, state, control, **kwargs):
-                pending["step_time_s"] = clock.stop()
-
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs and "loss" in logs and "step_time_s" in pending:
-                    step = state.global_step
-                    on_step(StepRecord(step=step, step_time_s=pending.pop("step_time_s"), tokens=plan.tokens_per_step,
-                                       loss=float(logs["loss"]), lr=pending["lr"],
-                                       grad_norm=float(logs["grad_norm"]) if "grad_norm" in logs else None,
-                                       memory_gib=probe.current_gib(), peak_memory_gib=probe.peak_gib(),
-                                       repeat=repeat, warmup=step <= spec.benchmark.warmup_steps))
-
-        class SequentialTrainer(Trainer):
-            def _get_train_sampler(self, train_dataset=None):
-                return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
-
+        recorder = step_recorder(spec, plan, device, on_step, repeat)
         with tempfile.TemporaryDirectory() as out:
-            args = TrainingArguments(
-                output_dir=out, max_steps=tr.max_steps, per_device_train_batch_size=tr.micro_batch_size,
-                gradient_accumulation_steps=plan.grad_accum_steps, max_grad_norm=tr.optimizer.grad_clip,
-                bf16=tr.precision == "bf16", use_cpu=device.type == "cpu", seed=tr.seed, data_seed=tr.seed,
-                logging_steps=1, logging_first_step=True, save_strategy="no", report_to=[],
-                gradient_checkpointing=tr.activation_checkpointing == "full", torch_compile=tr.compile,
-                dataloader_num_workers=0, disable_tqdm=True, ddp_find_unused_parameters=False)
-            trainer = SequentialTrainer(model=model, args=args, train_dataset=SyntheticDataset(spec, tr.max_steps),
-                                        optimizers=(optimizer, scheduler), callbacks=[Recorder()])
+            args = training_arguments(spec, plan, device, out)
+            trainer = sequential_trainer()(model=model, args=args, train_dataset=SyntheticDataset(spec, tr.max_steps),
+                                           optimizers=(optimizer, scheduler), callbacks=[recorder])
             trainer.train()
             effective = effective_settings(trainer.optimizer, args, "tprimat warmup_cosine (LambdaLR)")
             effective["distributed_type"] = str(trainer.accelerator.distributed_type)
             effective["data_parallel_processes"] = trainer.accelerator.num_processes
             return effective
+
+
+def training_arguments(spec: TprimatConf, plan: Plan, device: torch.device, output_dir: str):
+    """The Trainer's arguments, every one from the spec: batch, accumulation, clipping, precision, recompute."""
+    from transformers import TrainingArguments
+
+    tr = spec.training
+    return TrainingArguments(
+        output_dir=output_dir, max_steps=tr.max_steps, per_device_train_batch_size=tr.micro_batch_size,
+        gradient_accumulation_steps=plan.grad_accum_steps, max_grad_norm=tr.optimizer.grad_clip,
+        bf16=tr.precision == "bf16", use_cpu=device.type == "cpu", seed=tr.seed, data_seed=tr.seed,
+        logging_steps=1, logging_first_step=True, save_strategy="no", report_to=[],
+        gradient_checkpointing=tr.activation_checkpointing == "full", torch_compile=tr.compile,
+        dataloader_num_workers=0, disable_tqdm=True, ddp_find_unused_parameters=False)
+
+
+def sequential_trainer():
+    """The Trainer, reading the synthetic dataset in order (so every step sees the native backend's batch)."""
+    from transformers import Trainer
+
+    class SequentialTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
+
+    return SequentialTrainer
+
+
+def step_recorder(spec: TprimatConf, plan: Plan, device: torch.device, on_step: StepSink, repeat: int):
+    """A TrainerCallback turning each optimizer step into a step record (device-synchronised time, memory)."""
+    from transformers import TrainerCallback
+
+    clock, probe = StepClock(device), MemoryProbe(device)
+    pending: dict = {}
+
+    class Recorder(TrainerCallback):
+        def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
+            pending["lr"] = optimizer.param_groups[0]["lr"]
+            clock.start()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            pending["step_time_s"] = clock.stop()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs and "step_time_s" in pending:
+                step = state.global_step
+                on_step(StepRecord(step=step, step_time_s=pending.pop("step_time_s"), tokens=plan.tokens_per_step,
+                                   loss=float(logs["loss"]), lr=pending["lr"],
+                                   grad_norm=float(logs["grad_norm"]) if "grad_norm" in logs else None,
+                                   memory_gib=probe.current_gib(), peak_memory_gib=probe.peak_gib(),
+                                   repeat=repeat, warmup=step <= spec.benchmark.warmup_steps))
+
+    return Recorder()
 
 
 BACKEND = TransformersBackend()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from tprimat.config.schema import ModelConf
+from tprimat.spec.schema import ModelConf, head_dim_of
 
 CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
            "mistral": ("MistralConfig", "MistralForCausalLM")}
@@ -27,7 +27,7 @@ def hf_config(cfg: ModelConf):
     config_cls = getattr(transformers, CLASSES[cfg.family][0])
     kwargs = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.ffn_hidden_size,
                   num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_attention_heads,
-                  num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads,
+                  num_key_value_heads=cfg.num_kv_heads, head_dim=head_dim_of(cfg),
                   max_position_embeddings=cfg.max_position_embeddings, rms_norm_eps=cfg.rms_norm_eps,
                   tie_word_embeddings=cfg.tie_embeddings, initializer_range=0.02, use_cache=False,
                   **rope_settings(cfg, config_cls))

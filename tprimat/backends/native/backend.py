@@ -6,14 +6,14 @@ import importlib.util
 
 import torch
 
-from tprimat.backends.base import StepSink
-from tprimat.backends.native.train import NativeTrainer, pick_device
-from tprimat.config.schema import TprimatConf
-from tprimat.measure import run_measured
-from tprimat.plan import Plan
+from tprimat.backends.base import Backend, RunOutcome, StepSink
+from tprimat.backends.common import measure_steps, pick_device, run_repeats
+from tprimat.backends.native.train import NativeTrainer
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
-class NativeBackend:
+class NativeBackend(Backend):
     name = "native"
 
     def version(self) -> str:
@@ -47,13 +47,15 @@ class NativeBackend:
                             "not installed (pip install torchao)")
         return problems
 
-    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> dict:
+    def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
         device = pick_device(spec)
-        for repeat in range(spec.benchmark.repeats):
+
+        def run_once(repeat: int) -> dict:
             trainer = NativeTrainer(spec, plan, device)
-            run_measured(trainer.step, spec.training.max_steps, plan.tokens_per_step,
-                         spec.benchmark.warmup_steps, repeat, device, on_step)
-        return trainer.effective_settings()
+            measure_steps(trainer.step, spec, plan, device, repeat, on_step)
+            return trainer.effective_settings()
+
+        return RunOutcome(effective=run_repeats(spec, run_once))
 
 
 BACKEND = NativeBackend()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tprimat.config.schema import ModelConf
+from tprimat.spec.schema import ModelConf, head_dim_of
 
 
 class RMSNorm(nn.Module):
@@ -104,7 +104,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConf):
         super().__init__()
         self.cfg = cfg
-        head_dim = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
+        head_dim = head_dim_of(cfg)
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         # A dict keyed by layer index keeps parameter names stable when pipeline stages drop layers.
         self.layers = nn.ModuleDict({str(i): Block(cfg, head_dim) for i in range(cfg.num_layers)})

@@ -15,8 +15,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tprimat.config.schema import TprimatConf
-from tprimat.plan import Plan
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
 @dataclass
@@ -66,8 +66,13 @@ def split_pipeline_stage(model: nn.Module, layout: Layout) -> None:
 
 def apply_tensor_parallel(model: nn.Module, layout: Layout, sequence_parallel: bool) -> None:
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     tp_mesh = layout.mesh["tp"]
     seq = Shard(1) if sequence_parallel else Replicate()

@@ -10,18 +10,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tprimat.backends.native.data import SyntheticTokens
+from tprimat.backends.common import SyntheticTokens, build_optimizer, lr_at, optimizer_settings, set_lr
 from tprimat.backends.native.model import Decoder
-from tprimat.backends.native.optim import build_optimizer, lr_at, optimizer_settings, set_lr
 from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_layout, parallelize, uses_autocast
-from tprimat.config.schema import TprimatConf
-from tprimat.plan import Plan
-
-
-def pick_device(spec: TprimatConf) -> torch.device:
-    if spec.platform.name in ("nvidia", "amd"):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf
 
 
 class NativeTrainer:
@@ -33,6 +26,8 @@ class NativeTrainer:
         with torch.device(device):
             model = Decoder(spec.model)
         self.model: nn.Module = parallelize(model, spec, self.layout, device)
+        self.probe = ComputeProbe(self.model)
+        self.max_grad_norm = tr.optimizer.grad_clip  # what ``step`` clips to
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, tr)
         self.data = SyntheticTokens(spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
@@ -73,6 +68,7 @@ class NativeTrainer:
         for micro in range(accum):
             self._set_grad_sync(micro == accum - 1)
             inputs, targets = self._rows(step, micro)
+            self.probe.batch(inputs.shape[0], accum)
             with self._precision():
                 logits = self.model(inputs)
             loss = self._loss(logits, targets)
@@ -82,15 +78,19 @@ class NativeTrainer:
 
     def _set_grad_sync(self, sync: bool) -> None:
         """Reduce gradients across data-parallel ranks only after the last micro batch."""
-        if hasattr(self.model, "set_requires_gradient_sync"):  # FSDP2
+        from torch.distributed.fsdp import FSDPModule
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(self.model, FSDPModule):
             self.model.set_requires_gradient_sync(sync)
-        elif hasattr(self.model, "require_backward_grad_sync"):  # DDP
+        elif isinstance(self.model, DistributedDataParallel):
             self.model.require_backward_grad_sync = sync
 
     def _pipeline(self, step: int) -> torch.Tensor:
         micro = [self._rows(step, m) for m in range(self.plan.grad_accum_steps)]
         inputs = torch.cat([x for x, _ in micro])
         targets = torch.cat([y for _, y in micro])
+        self.probe.batch(micro[0][0].shape[0], self.schedule._n_microbatches)
         losses: list[torch.Tensor] = []
         with self._precision():
             if self.layout.first_stage:
@@ -104,13 +104,19 @@ class NativeTrainer:
         return total
 
     def effective_settings(self) -> dict:
-        """What this trainer actually runs, read back from its optimizer and layout."""
-        return {**optimizer_settings(self.optimizer), "grad_clip": self.spec.training.optimizer.grad_clip,
-                "micro_batch_size": self.spec.training.micro_batch_size, "grad_accum_steps": self.plan.grad_accum_steps,
-                "lr_schedule": "tprimat warmup_cosine", "precision": self.spec.training.precision,
+        """What this trainer actually ran, read back from live state: the optimizer's parameter groups and
+        learning rate, the micro batches it fed in the last step, the dtype its matmuls produced, the float8
+        modules and data-parallel wrapper the model holds, the clipping ``step`` applied."""
+        from torch.distributed.fsdp import FSDPModule
+        from torch.nn.parallel import DistributedDataParallel
+
+        return {**optimizer_settings(self.optimizer), "grad_clip": self.max_grad_norm,
+                "lr_last": self.optimizer.param_groups[0]["lr"], "lr_schedule": "tprimat warmup_cosine",
+                "micro_batch_size": self.probe.micro_batch_size, "grad_accum_steps": self.probe.micro_batches,
+                "precision": self.probe.precision(self.model),
                 "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
-                           "fsdp": bool(self.spec.parallelism.fsdp and self.layout.mesh is not None),
-                           "ddp": type(self.model).__name__ == "DistributedDataParallel"}}
+                           "fsdp": isinstance(self.model, FSDPModule),
+                           "ddp": isinstance(self.model, DistributedDataParallel)}}
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
@@ -120,8 +126,33 @@ class NativeTrainer:
         if self.layout.dp > 1:
             dist.all_reduce(loss, group=self.layout.group("dp"))
             loss = loss / self.layout.dp
-        grad_norm = clip_grad_norm(self.params, self.spec.training.optimizer.grad_clip,
+        grad_norm = clip_grad_norm(self.params, self.max_grad_norm,
                                    self.layout.group("pp") if self.layout.pp > 1 else None)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss, grad_norm, lr
+
+
+class ComputeProbe:
+    """Observes a model while it trains: the micro batches fed per step and the dtype its first linear layer's
+    matmul produced (bf16 under autocast or FSDP mixed precision, fp32 otherwise)."""
+
+    def __init__(self, model: nn.Module):
+        self.dtype: torch.dtype | None = None
+        self.micro_batch_size: int | None = None
+        self.micro_batches: int | None = None
+        linear = next((m for m in model.modules() if isinstance(m, nn.Linear)), None)
+        if linear is not None:
+            linear.register_forward_hook(self._record)
+
+    def _record(self, module: nn.Module, inputs, output: torch.Tensor) -> None:
+        self.dtype = output.dtype
+
+    def batch(self, rows: int, micro_batches: int) -> None:
+        self.micro_batch_size, self.micro_batches = rows, micro_batches
+
+    def precision(self, model: nn.Module) -> str:
+        """fp8 when float8 linears hold the GEMMs, else the observed matmul dtype (None: no forward seen)."""
+        if any(type(m).__name__ == "Float8Linear" for m in model.modules()):
+            return "fp8"
+        return {torch.bfloat16: "bf16", torch.float32: "fp32", None: None}.get(self.dtype, str(self.dtype))

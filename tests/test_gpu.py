@@ -1,0 +1,47 @@
+"""The CUDA/ROCm path (skipped without a GPU): native bf16 training, FSDP2 on one device, CUDA-event timing
+against the wall clock, allocator memory."""
+
+import time
+
+import pytest
+import torch
+
+from tests.conftest import QUICK, run_inprocess
+
+pytestmark = pytest.mark.gpu
+GPU = ["platform=nvidia" if torch.version.hip is None else "platform=amd", "platform.devices_per_node=1",
+       "model=llama_tiny", "training.precision=bf16", *QUICK]
+
+
+def test_native_bf16_trains_and_reads_back_bf16(tmp_path):
+    out = run_inprocess(tmp_path, GPU)
+    assert out.status == "ok", out.result["error"]
+    effective = out.result["framework"]["effective"]
+    assert effective["precision"] == "bf16" and effective["layout"]["dp"] == 1
+    summary = out.result["summary"]
+    device_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    assert 0 < summary["peak_memory_gib"] < device_gib
+
+
+def test_fsdp2_on_one_gpu(tmp_path):
+    out = run_inprocess(tmp_path, [*GPU, "parallelism.fsdp=true"])
+    assert out.status == "ok", out.result["error"]
+    assert out.result["framework"]["effective"]["precision"] == "bf16"
+
+
+def test_cuda_event_step_time_matches_the_wall_clock():
+    from tprimat.measure.step import StepClock
+
+    device = torch.device("cuda", 0)
+    a = torch.randn(4096, 4096, device=device)
+    clock = StepClock(device)
+    torch.cuda.synchronize()
+    ratios = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        clock.start()
+        for _ in range(20):
+            a = a @ a / 4096
+        seconds = clock.stop()
+        ratios.append(seconds / (time.perf_counter() - t0))
+    assert sorted(ratios)[2] == pytest.approx(1.0, abs=0.05)

@@ -1,0 +1,100 @@
+"""Entry-point helper: Hydra composition into plain dicts. It owns ``CONFIG_DIR`` and the ConfigStore schema.
+
+Only entry points import this module (``tprimat.launch``, ``tprimat.cli``, the sweep launchers, benchmarks,
+tests): below them code reads the plain dict returned here and the frozen spec built from it, never a
+DictConfig. Sweep points expand with Hydra's own override parser; interpolations resolve with OmegaConf's.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Callable
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from tprimat.spec.schema import TprimatConf
+
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+GROUPS = {"platform", "model", "framework", "methodology", "parallelism", "training", "benchmark", "logging"}
+
+
+def register_configs() -> None:
+    """Register the schema; conf/config.yaml names it first in its defaults list."""
+    ConfigStore.instance().store(name="tprimat_schema", node=TprimatConf)
+
+
+def to_plain(cfg: DictConfig, resolve: bool = True) -> dict:
+    """The run's config as a plain dict (Hydra's own ``hydra`` node dropped): the only thing passed downstream."""
+    plain = OmegaConf.to_container(cfg, resolve=resolve)
+    plain.pop("hydra", None)
+    return plain
+
+
+def hydra_compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def compose(overrides: list[str] = ()) -> dict:
+    """conf/config.yaml with ``overrides`` applied, resolved, as a plain dict."""
+    return to_plain(hydra_compose(list(overrides)))
+
+
+def expand(overrides: list[str]) -> list[list[str]]:
+    """Every point of a sweep (cartesian product), in Hydra's BasicSweeper order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+
+
+class Composer:
+    """Fast composition of many sweep points: Hydra composes once per choice of config groups (cached,
+    unresolved); a point's value overrides are set on a copy, unknown keys refused, and OmegaConf resolves the
+    interpolations. Hydra-only syntax (+key, ~key) takes the full compose path."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple, dict] = {}
+        self.parser = OverridesParser.create()
+        self.parsed: dict = {}  # override text -> parsed Override: the ANTLR parse is the slow part
+
+    def _parse(self, overrides: list[str]) -> list:
+        missing = [o for o in overrides if o not in self.parsed]
+        if missing:
+            self.parsed.update(zip(missing, self.parser.parse_overrides(missing)))
+        return [self.parsed[o] for o in overrides]
+
+    def compose(self, overrides: list[str]) -> dict:
+        parsed = self._parse(overrides)
+        if any(o.is_add() or o.is_delete() or o.is_force_add() for o in parsed):
+            return compose(overrides)
+        groups = tuple(o.input_line for o in parsed if o.key_or_group in GROUPS or o.key_or_group.startswith("hydra"))
+        if groups not in self.cache:
+            self.cache[groups] = to_plain(hydra_compose(list(groups)), resolve=False)
+        data = copy.deepcopy(self.cache[groups])
+        for o in parsed:
+            if o.input_line not in groups:
+                set_dotted(data, o.key_or_group, o.value())
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+
+
+def set_dotted(data: dict, key: str, value) -> None:
+    """``a.b.c=value`` on a plain dict; a key the composed config does not have is refused (KeyError)."""
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
+        node = node[part]
+    if leaf not in node:
+        raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
+    node[leaf] = value
+
+
+ComposeFn = Callable[[list[str]], dict]

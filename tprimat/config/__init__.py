@@ -1,1 +1,0 @@
-"""Typed configuration: Hydra schemas (schema.py) and the frozen run spec (spec.py)."""

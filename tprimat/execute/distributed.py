@@ -1,0 +1,128 @@
+"""Multi-process runs: rank environment (torchrun, Slurm, or tprimat's own local launch), process-group
+set-up, and the gather of every rank's step times so a result shows the slowest rank and the spread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+from tprimat.backends.base import RunOutcome
+from tprimat.results.records import StepRecord
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    local_rank: int
+    world_size: int
+    source: str  # torchrun | slurm | tprimat
+
+
+def rank_env() -> Optional[RankEnv]:
+    """This process's rank when something already started one process per rank, else None."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        source = env.get("TPRIMAT_LAUNCHER", "torchrun")
+        return RankEnv(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), source)
+    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
+        return RankEnv(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]), "slurm")
+    return None
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``node[07-09,12],gpu3`` -> ``node07``."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        raise ValueError(f"SLURM_JOB_NODELIST={nodelist!r} is not a Slurm node list")
+    prefix, ranges = match.groups()
+    return prefix + ranges.split(",")[0].split("-")[0] if ranges else prefix
+
+
+def slurm_rendezvous(environ=os.environ) -> dict[str, str]:
+    """MASTER_ADDR and MASTER_PORT for ranks started by srun (one task per rank): the job's first node, and a
+    port derived from the job id so that two jobs sharing a node do not collide."""
+    return {"MASTER_ADDR": first_host(environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST", "")),
+            "MASTER_PORT": str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)}
+
+
+def exit_rank(code: int) -> None:
+    """End a rank's process once its work is handed over (records written, process group destroyed): flush and
+    leave without interpreter teardown. Tearing down torch.distributed's C++ state at exit can abort a finished
+    rank ("terminate called without an active exception", seen with gloo and DTensor meshes), which would turn
+    a complete run into a failed one."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def device_type(platform_name: str) -> str:
+    """torch.distributed's device kind for a platform: ROCm runs through torch.cuda too."""
+    return "cpu" if platform_name == "cpu" else "cuda"
+
+
+def init_process_group(env: RankEnv, device_type: str) -> None:
+    if device_type == "cuda":
+        torch.cuda.set_device(env.local_rank)
+    elif env.source == "tprimat":  # local ranks: keep gloo on loopback
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if env.source == "slurm" and "MASTER_ADDR" not in os.environ:
+        os.environ.update(slurm_rendezvous())
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    init_method = os.environ.get("TPRIMAT_INIT_METHOD", "env://")
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,
+                            rank=env.rank, world_size=env.world_size)
+
+
+@dataclass(frozen=True)
+class RankedRun:
+    steps: list[StepRecord]  # rank 0's records, step_time_s = the slowest rank's time for that step
+    rank_step_times: list[list[float]]  # [rank][step index]
+    rank_losses: list[list[float]]  # [rank][step index]: the loss each rank reported
+    outcome: RunOutcome  # what the backend handed back on this rank (effective settings, audit)
+
+
+def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], env: RankEnv, device_type: str,
+                     on_step: Optional[Callable[[StepRecord], None]] = None) -> Optional[RankedRun]:
+    """Train on this rank through ``run(on_step)``; rank 0 returns every rank's timings, others None."""
+    init_process_group(env, device_type)
+    records: list[StepRecord] = []
+
+    def collect(record: StepRecord) -> None:
+        records.append(record)
+        if on_step and env.rank == 0:
+            on_step(record)
+
+    try:
+        outcome = run(collect)
+        gathered: list = [None] * env.world_size
+        dist.all_gather_object(gathered, [(r.step_time_s, r.loss) for r in records])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if env.rank != 0:
+        return None
+    times = [[t for t, _ in rank] for rank in gathered]
+    losses = [[loss for _, loss in rank] for rank in gathered]
+    slowest = [max(step) for step in zip(*times)]
+    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses, outcome)
+
+
+def rank_summary(run: RankedRun) -> dict:
+    """Per-rank median over measured steps, the slowest rank, the spread (slowest / fastest - 1), and how far
+    the ranks' reported losses are apart (0 when every rank saw the same global loss)."""
+    measured = [i for i, r in enumerate(run.steps) if not r.warmup]
+    medians = [statistics.median(times[i] for i in measured) for times in run.rank_step_times]
+    slowest = max(range(len(medians)), key=medians.__getitem__)
+    loss_gap = max((max(step) - min(step) for step in zip(*run.rank_losses)), default=0.0)
+    return {"world_size": len(run.rank_step_times),
+            "per_rank": [{"rank": r, "step_time_s_median": m} for r, m in enumerate(medians)],
+            "slowest_rank": slowest, "spread": max(medians) / min(medians) - 1, "loss_max_abs_diff": loss_gap}

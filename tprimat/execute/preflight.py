@@ -1,0 +1,142 @@
+"""``tprimat preflight``: measure what this device can actually do, so MFU can be reported against it.
+
+- Achievable dense matmul TFLOP/s per dtype (square GEMMs, best size, median of timed iterations after a
+  burn-in; fp32 without TF32).
+- With ``--ranks N`` (N > 1): all-reduce bus bandwidth over N local processes (gloo on CPU, NCCL/RCCL on
+  GPUs), bus bandwidth = bytes * 2 (N - 1) / N / time, as nccl-tests reports it.
+The result is a JSON file (``kind: tprimat_preflight``) that ``tprimat compare`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from tprimat.measure.devices import detect
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, iters: int) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(iters):
+        sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times) / 1e12
+
+
+def measure_matmul(device: torch.device, sizes: list[int], iters: int, dtypes: list[str]) -> tuple[dict, list]:
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    best, detail = {}, []
+    for name in dtypes:
+        for n in sizes:
+            value = matmul_tflops(device, DTYPES[name], n, iters)
+            detail.append({"dtype": name, "n": n, "tflops": value})
+            best[name] = max(best.get(name, 0.0), value)
+    return best, detail
+
+
+def _allreduce_worker(rank: int, world: int, init_file: str, sizes_mib: list[int], iters: int, out: str) -> None:
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    results = {}
+    for mib in sizes_mib:
+        x = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(x)
+        sync(device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        sync(device)
+        seconds = (time.perf_counter() - t0) / iters
+        results[str(mib)] = mib * 2**20 * 2 * (world - 1) / world / seconds / 1e9
+    if rank == 0:
+        Path(out).write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def measure_allreduce(ranks: int, sizes_mib: list[int], iters: int) -> dict:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file, out = os.path.join(tmp, "init"), os.path.join(tmp, "busbw.json")
+        mp.spawn(_allreduce_worker, args=(ranks, init_file, sizes_mib, iters, out), nprocs=ranks, join=True)
+        busbw = json.loads(Path(out).read_text())
+    return {"ranks": ranks, "backend": "nccl" if torch.cuda.is_available() else "gloo",
+            "busbw_gbps_by_mib": busbw, "max_busbw_gbps": max(busbw.values())}
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ranks", type=int, default=1, help="processes for the all-reduce test (> 1 to run it)")
+    parser.add_argument("--sizes", default=None, help="matmul sizes, comma-separated (default: per device)")
+    parser.add_argument("--dtypes", default=None, help="comma-separated: fp32,bf16,fp16 (default: per device)")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--allreduce-mib", default="1,16,64", help="all-reduce message sizes in MiB")
+    parser.add_argument("--out", default=None, help="output file (default: outputs/preflight/<device>.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    hw = detect()
+    device = torch.device("cuda", 0) if hw.kind != "cpu" else torch.device("cpu")
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
+        [1024, 2048] if device.type == "cpu" else [4096, 8192])
+    dtypes = args.dtypes.split(",") if args.dtypes else (["fp32", "bf16"] if device.type == "cpu"
+                                                         else ["fp32", "bf16", "fp16"])
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        print(f"--dtypes {','.join(unknown)}: must be among {', '.join(DTYPES)}")
+        return 2
+    best, detail = measure_matmul(device, sizes, args.iters, dtypes)
+    record = {"kind": "tprimat_preflight", "version": 1,
+              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "host": socket.gethostname(), "platform": hw.kind, "device_name": hw.device_name,
+              "device_key": hw.gpu_key, "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "matmul_tflops": best, "matmul_detail": detail, "allreduce": None}
+    if args.ranks > 1:
+        record["allreduce"] = measure_allreduce(args.ranks, [int(s) for s in args.allreduce_mib.split(",")],
+                                                args.iters)
+    out = Path(args.out) if args.out else Path("outputs") / "preflight" / f"{slug(hw.device_name)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    for name, value in best.items():
+        print(f"matmul {name}: {value:.3f} TFLOP/s ({hw.device_name})")
+    if record["allreduce"]:
+        print(f"all-reduce ({args.ranks} ranks, {record['allreduce']['backend']}): "
+              f"{record['allreduce']['max_busbw_gbps']:.2f} GB/s bus bandwidth")
+    print(f"wrote {out}")
+    return 0

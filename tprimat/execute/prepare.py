@@ -1,0 +1,41 @@
+"""The one preparation step behind every path that runs or plans a spec: a single run, a spawned or
+torchrun/Slurm rank, sweep planning, ``tprimat plan`` and the sweep launchers all call ``prepare``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from tprimat import backends
+from tprimat.backends.base import Backend
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import Plan, make_plan
+from tprimat.spec.schema import TprimatConf
+from tprimat.spec.validate import validate
+
+
+@dataclass(frozen=True)
+class Prepared:
+    spec: TprimatConf
+    plan: Optional[Plan]  # None when the spec broke a rule or its backend cannot be loaded
+    backend: Optional[Backend]
+    problems: list[str]  # rules broken, or the backend is not installed: nothing can be planned or run
+    backend_problems: list[str]  # what the backend cannot run of a valid spec (a dry run records them)
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + self.backend_problems
+
+
+def prepare(spec: TprimatConf, hw: DetectedHardware, dry_run: bool) -> Prepared:
+    """Validate (``dry_run``: no check against this host's devices), load the backend, plan, ask the backend."""
+    problems = validate(spec, hw, dry_run=dry_run)
+    if problems:
+        return Prepared(spec, None, None, problems, [])
+    try:
+        backend = backends.load(spec.framework.name)
+    except backends.BackendUnavailable as exc:  # e.g. an optional framework that is not installed
+        return Prepared(spec, None, None, [str(exc)], [])
+    plan = make_plan(spec, hw)
+    plan = replace(plan, backend=backend.name, backend_description=backend.describe(spec, plan))
+    return Prepared(spec, plan, backend, [], backend.check(spec, plan))

@@ -1,0 +1,246 @@
+"""One benchmark, end to end: plain config -> spec -> prepare -> backend -> step records -> summary -> sinks.
+
+Every outcome writes result.json: ``invalid`` (exit 2) for a spec that breaks a rule, ``dry_run`` for a plan,
+``failed`` (exit 1) for a run that broke after validation, ``ok`` (exit 0) for a measured run.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from tprimat.backends.base import RunOutcome
+from tprimat.execute.distributed import RankEnv, device_type, rank_env, rank_summary, run_on_this_rank
+from tprimat.execute.prepare import Prepared, prepare
+from tprimat.execute.spawn import spawn_local
+from tprimat.measure import environment
+from tprimat.measure.devices import detect
+from tprimat.measure.telemetry import Sampler, open_source
+from tprimat.results.metrics import summarize
+from tprimat.results.records import StepRecord
+from tprimat.results.result import make_result, new_run_id, write_result, write_unsuccessful
+from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
+from tprimat.spec.schema import TprimatConf
+
+log = logging.getLogger("tprimat")
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    exit_code: int
+    result_path: Optional[Path]
+    result: dict
+
+
+def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Outcome:
+    """Run (or dry-run) the benchmark that ``config`` (a composed, plain config) describes."""
+    hw = detect()
+    common = {"run_id": new_run_id(), "environment": environment.collect(hw), "overrides": list(overrides or [])}
+    try:
+        spec = build_spec(config, hw)
+    except SpecError as exc:
+        return _invalid(exc.problems, run_dir, common, config)
+    prepared = prepare(spec, hw, dry_run=spec.dry_run)
+    spec_dict = spec_to_dict(spec)
+    if prepared.problems:
+        return _invalid(prepared.problems, run_dir, common, spec_dict)
+    backend = prepared.backend
+    common.update(spec=spec_dict, spec_hash=spec_identity(spec_dict))
+    framework = {"name": backend.name, "version": backend.version()}
+    plan_dict = {**prepared.plan.as_dict(), "backend_problems": prepared.backend_problems,
+                 **_generated(backend.generated_config(spec, prepared.plan))}
+    for warning in prepared.plan.warnings:
+        log.warning(warning)
+    if spec.dry_run:
+        return _dry_run(prepared, plan_dict, framework, run_dir, common)
+    if prepared.backend_problems:
+        return _invalid(prepared.backend_problems, run_dir, common, spec_dict, plan_dict, framework)
+    return _train(prepared, plan_dict, framework, run_dir, common)
+
+
+def _generated(config: Optional[dict]) -> dict:
+    return {} if config is None else {"backend_config": config}
+
+
+def _dry_run(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, common: dict) -> Outcome:
+    log.info("plan: %s", prepared.plan.backend_description)
+    written = prepared.backend.materialize(prepared.spec, prepared.plan, run_dir)
+    if written is not None:  # external frameworks: the exact command and files, not run
+        plan_dict["backend_config"] = written
+        log.info("would run: %s", " ".join(written["argv"]))
+    result = make_result(status="dry_run", plan=plan_dict, framework=framework,
+                         warnings=list(prepared.plan.warnings), **common)
+    return _finish(result, run_dir, EXIT_OK)
+
+
+def _rank_problems(prepared: Prepared, env: Optional[RankEnv]) -> list[str]:
+    """Rank start-up rules that depend on how this process was launched."""
+    spec, plan = prepared.spec, prepared.plan
+    if plan.world_size == 1 or prepared.backend.launches_own_ranks:
+        return []
+    if env is None and spec.platform.nodes > 1:
+        return [f"platform.nodes={spec.platform.nodes}: start one process per rank with torchrun or Slurm "
+                "(srun); tprimat launches the ranks of one node itself"]
+    if env is not None and env.world_size != plan.world_size:
+        return [f"platform.devices_per_node * platform.nodes = {plan.world_size}, but {env.source} started "
+                f"{env.world_size} ranks: they must match"]
+    return []
+
+
+@dataclass
+class Measured:
+    """What training on this process produced (rank 0's view when ranks ran)."""
+
+    records: list[StepRecord] = field(default_factory=list)
+    outcome: RunOutcome = field(default_factory=lambda: RunOutcome(effective={}))
+    ranks: Optional[dict] = None
+    error: Optional[str] = None
+
+
+class StepObserver:
+    """Called for every measured step on the writing rank: telemetry marks, W&B, the console line."""
+
+    def __init__(self, spec: TprimatConf, sampler, sink) -> None:
+        self.spec, self.sampler, self.sink = spec, sampler, sink
+
+    def __call__(self, record: StepRecord) -> None:
+        if self.sampler:
+            self.sampler.mark(measured=not record.warmup)
+        if self.sink:
+            self.sink.on_step(record)
+        _log_step(self.spec, record)
+
+
+def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, common: dict) -> Outcome:
+    spec, plan = prepared.spec, prepared.plan
+    env = rank_env() if plan.world_size > 1 and not prepared.backend.launches_own_ranks else None
+    problems = _rank_problems(prepared, env)
+    if problems:
+        return _invalid(problems, run_dir, common, common["spec"], plan_dict, framework)
+    is_writer = env is None or env.rank == 0
+    sink = _wandb_sink(spec, run_dir, common) if is_writer else None
+    spawned = plan.world_size > 1 and env is None and not prepared.backend.launches_own_ranks
+    sampler, telemetry = _sampler(spec, spawned) if is_writer else (None, None)
+    measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink), sink if spawned else None)
+    if measured is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
+        return Outcome("ok", EXIT_OK, None, {})
+    if sampler:
+        sampler.stop()
+        telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup))
+    result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common)
+    return _finish(result, run_dir, EXIT_OK if result["status"] == "ok" else EXIT_FAILED)
+
+
+def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver,
+             replay_sink) -> Optional[Measured]:
+    """Train through the backend; an exception after validation becomes the run's error, never a crash."""
+    measured = Measured()
+    spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
+    try:
+        if plan.world_size == 1 or backend.launches_own_ranks:
+            measured.outcome = backend.run(spec, plan, lambda r: (measured.records.append(r), observer(r)), run_dir)
+            return measured
+        ranked = _run_ranks(prepared, run_dir, env, observer)
+        if ranked is None:
+            return None
+        measured.records, measured.outcome, measured.ranks = ranked.steps, ranked.outcome, rank_summary(ranked)
+        for record in measured.records if replay_sink else ():  # ranks ran in child processes: W&B gets them now
+            replay_sink.on_step(record)
+    except Exception as exc:  # noqa: BLE001 - a run that breaks after validation is a result too
+        measured.error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
+        log.error("run failed: %s: %s", type(exc).__name__, exc)
+    return measured
+
+
+def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver):
+    """Several ranks: this process is one of them (torchrun / Slurm), or it starts them on this node."""
+    spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
+    if env is not None:
+        return run_on_this_rank(lambda cb: backend.run(spec, plan, cb, run_dir), env, device_type(spec.platform.name),
+                                on_step=observer)
+    log.info("launching %d local ranks", plan.world_size)
+    return spawn_local(spec_to_dict(spec), run_dir, plan.world_size)
+
+
+def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, framework: dict, telemetry,
+                     sink, common: dict) -> dict:
+    plan, records = prepared.plan, measured.records
+    summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
+    status, error = ("failed", measured.error) if measured.error else ("ok", None)
+    if status == "ok" and summary is None:
+        status, error = "failed", "no measured step was recorded"
+    warnings = list(plan.warnings) + _loss_warnings(records) + list(measured.outcome.audit_failures)
+    for line in measured.outcome.audit_failures:
+        log.warning(line)
+    wandb_info = sink.finish(status, summary) if sink else None
+    if summary:
+        _log_summary(prepared.spec, summary)
+    return make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
+                       summary=summary, warnings=warnings, wandb=wandb_info, ranks=measured.ranks,
+                       audit=measured.outcome.audit, telemetry=telemetry,
+                       framework={**framework, "effective": measured.outcome.effective},
+                       **measured.outcome.sections, **common)
+
+
+def _loss_warnings(records: list[StepRecord]) -> list[str]:
+    nonfinite = [r.step for r in records if r.loss is None or r.loss != r.loss]
+    return [f"non-finite loss at steps {nonfinite[:10]}"] if nonfinite else []
+
+
+def _log_summary(spec: TprimatConf, summary: dict) -> None:
+    log.info("%s on %s: %.0f tokens/s/device, median step %.3f s, %.3f TFLOP/s/device, MFU %s, peak memory "
+             "%.2f GiB", spec.model.name, spec.platform.gpu or spec.platform.name,
+             summary["tokens_per_s_per_device"], summary["step_time_s"]["median"], summary["tflops_per_device"],
+             "n/a" if summary["mfu"] is None else f"{summary['mfu']:.1%}", summary["peak_memory_gib"] or 0)
+
+
+def _sampler(spec: TprimatConf, spawned: bool):
+    """(sampler, None) when telemetry runs, else (None, the reason it does not)."""
+    if not spec.benchmark.telemetry:
+        return None, {"source": "none", "energy_per_token_j": None, "unavailable": "benchmark.telemetry=false"}
+    if spawned:
+        return None, {"source": "none", "energy_per_token_j": None,
+                      "unavailable": "ranks ran in child processes; run under torchrun or Slurm to sample on rank 0"}
+    source, reason = open_source(spec.platform.name)
+    if source is None:
+        log.warning("telemetry %s", reason)
+        return None, {"source": "none", "energy_per_token_j": None, "unavailable": reason}
+    return Sampler(source, spec.benchmark.telemetry_interval_s).start(), None
+
+
+def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):
+    if spec.logging.wandb.mode == "disabled":
+        return None
+    from tprimat.results.wandb_sink import WandbSink
+
+    return WandbSink(spec.logging.wandb, run_dir, common["run_id"], spec.run_name or common["run_id"],
+                     common["spec"], spec.training.max_steps)
+
+
+def _log_step(spec: TprimatConf, record: StepRecord) -> None:
+    if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
+        log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | %.0f tokens/s%s",
+                 record.repeat, record.step, spec.training.max_steps, record.loss, record.lr, record.grad_norm,
+                 record.step_time_s, record.tokens / record.step_time_s, " (warm-up)" if record.warmup else "")
+
+
+def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict], plan: Optional[dict] = None,
+             framework: Optional[dict] = None) -> Outcome:
+    for line in problems:
+        log.error("invalid: %s", line)
+    fields = {k: v for k, v in common.items() if k not in ("spec", "spec_hash")}
+    path, result = write_unsuccessful(run_dir, "invalid", "\n".join(problems), spec=spec, plan=plan,
+                                      framework=framework, **fields)
+    log.info("result (invalid): %s", path)
+    return Outcome("invalid", EXIT_INVALID, path, result)
+
+
+def _finish(result: dict, run_dir: Path, exit_code: int) -> Outcome:
+    path = write_result(result, run_dir)
+    log.info("result (%s): %s", result["status"], path)
+    return Outcome(result["status"], exit_code, path, result)

@@ -1,0 +1,45 @@
+"""One rank of a run launched by tprimat.execute.spawn: ``python -m tprimat.execute.worker <launch.json>``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from tprimat.execute.distributed import device_type, exit_rank, rank_env, run_on_this_rank
+from tprimat.execute.prepare import prepare
+from tprimat.measure.devices import detect
+from tprimat.results.result import atomic_write_json
+from tprimat.spec.build import build_spec
+
+log = logging.getLogger("tprimat")
+
+
+def show(record, max_steps: int) -> None:
+    log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s",
+             record.repeat, record.step, max_steps, record.loss, record.lr, record.grad_norm, record.step_time_s)
+
+
+def main(launch_file: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    hw = detect()
+    prepared = prepare(build_spec(json.loads(Path(launch_file).read_text())["spec"], hw), hw, dry_run=False)
+    if prepared.all_problems:  # the parent validated the same spec on this host: this is a bug, say so
+        raise RuntimeError("rank cannot run the spec its launcher validated: " + "; ".join(prepared.all_problems))
+    spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
+    output = Path(os.environ["TPRIMAT_RANK_OUTPUT"])
+    ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step, output.parent), rank_env(),
+                              device_type(spec.platform.name),
+                              on_step=lambda r: show(r, spec.training.max_steps))
+    if ranked is not None:
+        atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
+                           "rank_losses": ranked.rank_losses, "outcome": dataclasses.asdict(ranked.outcome)},
+                          output / "records.json")
+    return 0
+
+
+if __name__ == "__main__":
+    exit_rank(main(sys.argv[1]))

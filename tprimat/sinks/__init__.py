@@ -1,1 +1,0 @@
-"""Where a run's records and result go besides result.json (W&B)."""

@@ -1,0 +1,48 @@
+"""Every training framework tprimat knows: the module of its adapter, what it is, the pip extra it needs.
+
+Data only, so that validation can name the known frameworks without importing any of them;
+``tprimat.backends.load`` imports an adapter when a run selects it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class FrameworkInfo:
+    name: str
+    module: str  # import path of the adapter; it defines BACKEND
+    description: str
+    extra: str = ""  # pip extra that installs what the adapter needs
+
+
+FRAMEWORKS: dict[str, FrameworkInfo] = {}
+
+
+def register(info: FrameworkInfo) -> None:
+    if info.name in FRAMEWORKS:
+        raise ValueError(f"framework {info.name!r} is registered twice")
+    FRAMEWORKS[info.name] = info
+
+
+register(FrameworkInfo("native", "tprimat.backends.native.backend",
+                       "plain PyTorch decoder and training loop (CPU, CUDA, ROCm)"))
+register(FrameworkInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
+                       "transformers"))
+register(FrameworkInfo("deepspeed", "tprimat.backends.ds.backend", "DeepSpeed ZeRO 1-3", "deepspeed"))
+for _name, _desc in (
+    ("megatron", "Megatron-LM pretrain_gpt.py under torchrun"),
+    ("primus", "AMD Primus experiment YAML + run_pretrain.sh"),
+    ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment"),
+    ("torchtitan", "torchtitan train with config overrides"),
+):
+    register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc))
+
+
+def problem_with(name: str) -> Optional[str]:
+    """Why ``framework.name`` cannot be used, or None when it names a known framework."""
+    if name in FRAMEWORKS:
+        return None
+    return f"framework.name={name}: unknown backend; known: {', '.join(sorted(FRAMEWORKS))}"

@@ -1,0 +1,181 @@
+"""Structured-config schemas registered in Hydra's ConfigStore.
+
+The primary config (conf/config.yaml) starts its defaults list with ``tprimat_schema``, so every YAML
+member of every group is merged onto these dataclasses: values are type-checked and unknown keys are
+rejected at composition time. Cross-field rules live in ``tprimat.spec.validate``, not here.
+Enumerated string values (precision, platform name, ...) are checked there too, so that every rule
+violation is reported the same way (one line naming the key, exit code 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass, field, fields, is_dataclass
+from typing import Any, List, Optional
+
+MISSING = "???"  # OmegaConf's marker of a required value (Hydra fails composition while it is unset)
+
+
+class Freezable:
+    """Mutable while Hydra/OmegaConf build it; read-only once ``freeze`` has run (the run spec)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise FrozenInstanceError(f"the run spec is frozen: cannot set {type(self).__name__}.{name}")
+        object.__setattr__(self, name, value)
+
+
+def freeze(node: Any) -> Any:
+    """Recursively freeze a schema dataclass instance; lists become tuples."""
+    if is_dataclass(node):
+        for f in fields(node):
+            object.__setattr__(node, f.name, freeze(getattr(node, f.name)))
+        object.__setattr__(node, "_frozen", True)
+    elif isinstance(node, list):
+        return tuple(freeze(v) for v in node)
+    return node
+
+
+@dataclass
+class TunedConf(Freezable):
+    """A platform's own best settings, applied by ``methodology=maximum_performance``."""
+
+    precision: str = "bf16"
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    fsdp: bool = False
+    activation_checkpointing: str = "none"
+
+
+@dataclass
+class PlatformConf(Freezable):
+    name: str = MISSING  # auto | cpu | nvidia | amd
+    gpu: Optional[str] = None  # device key in tprimat.spec.hardware (h100, mi300x, ...); detected when null
+    devices_per_node: int = 1  # GPUs per node; processes on CPU
+    nodes: int = 1
+    price_per_device_hour_usd: Optional[float] = None  # overrides the hardware table's reference price
+    tuned: TunedConf = field(default_factory=TunedConf)
+
+
+@dataclass
+class ModelConf(Freezable):
+    name: str = MISSING
+    family: str = MISSING  # llama | qwen2 | mistral
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    ffn_hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: Optional[int] = None  # defaults to hidden_size / num_attention_heads
+    vocab_size: int = MISSING
+    max_position_embeddings: int = MISSING
+    rope_theta: float = 10000.0
+    # Llama 3.1 "llama3" RoPE frequency scaling; null factor = no scaling.
+    rope_scaling_factor: Optional[float] = None
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_position: int = 8192
+    rms_norm_eps: float = 1e-5
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    reference: str = ""  # where the architecture numbers come from (e.g. the HF config.json)
+
+
+def head_dim_of(model: ModelConf) -> int:
+    """Per-head width: ``model.head_dim`` when set, else hidden_size / num_attention_heads."""
+    return model.head_dim or model.hidden_size // model.num_attention_heads
+
+
+@dataclass
+class FrameworkConf(Freezable):
+    name: str = MISSING  # a key of tprimat.spec.frameworks.FRAMEWORKS
+    # External frameworks (megatron, primus, nemo, torchtitan) run as separate processes:
+    path: Optional[str] = None  # their checkout (else MEGATRON_LM_PATH / PRIMUS_PATH / TORCHTITAN_PATH)
+    python: str = "python"  # interpreter of their environment (NeMo: its container's python)
+    flavour: str = "nemo2"  # nemo: nemo2 (NeMo 2 llm recipes, containers <= 25.x) | bridge (Megatron-Bridge, 26.x);
+    # torchtitan: registry (>= 0.3, --module/--config) | toml (<= 0.2, --job.config_file)
+    recipe: Optional[str] = None  # their own model config (Primus model YAML, NeMo recipe, torchtitan TOML or module:function)
+    extra_args: List[str] = field(default_factory=list)  # appended verbatim to their command line
+    timeout_min: float = 240.0  # the run is killed and recorded as failed after this
+
+
+@dataclass
+class MethodologyConf(Freezable):
+    name: str = MISSING  # maximum_performance | identical_config
+    description: str = ""
+
+
+@dataclass
+class ParallelismConf(Freezable):
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp: Optional[int] = None  # derived from the world size when null
+    sequence_parallel: bool = False
+    fsdp: bool = False
+    zero_stage: int = 0  # 0-3 (DeepSpeed ZeRO / Megatron distributed optimizer)
+    pp_schedule: str = "1f1b"  # gpipe | 1f1b
+
+
+@dataclass
+class OptimizerConf(Freezable):
+    name: str = "adamw"
+    lr: float = 3.0e-4
+    min_lr: float = 3.0e-5
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1.0e-8
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+
+
+@dataclass
+class TrainingConf(Freezable):
+    global_batch_size: int = MISSING
+    micro_batch_size: int = MISSING
+    seq_length: int = MISSING
+    max_steps: int = MISSING  # total optimizer steps, benchmark warm-up included
+    optimizer: OptimizerConf = field(default_factory=OptimizerConf)
+    precision: str = "bf16"  # bf16 | fp32 | fp8
+    activation_checkpointing: str = "none"  # none | full | selective
+    compile: bool = False
+    seed: int = 1234
+
+
+@dataclass
+class BenchmarkConf(Freezable):
+    warmup_steps: int = 2  # measured and recorded, never averaged
+    repeats: int = 1  # independent repetitions (fresh model, same seed) in one run
+    telemetry: bool = True  # sample power / energy / utilisation during the measured steps
+    telemetry_interval_s: float = 0.5
+
+
+@dataclass
+class WandbConf(Freezable):
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "tprimat"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class LoggingConf(Freezable):
+    wandb: WandbConf = field(default_factory=WandbConf)
+    log_every_steps: int = 1  # console log interval
+
+
+@dataclass
+class TprimatConf(Freezable):
+    platform: PlatformConf = field(default_factory=PlatformConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    framework: FrameworkConf = field(default_factory=FrameworkConf)
+    methodology: MethodologyConf = field(default_factory=MethodologyConf)
+    parallelism: ParallelismConf = field(default_factory=ParallelismConf)
+    training: TrainingConf = field(default_factory=TrainingConf)
+    benchmark: BenchmarkConf = field(default_factory=BenchmarkConf)
+    logging: LoggingConf = field(default_factory=LoggingConf)
+    dry_run: bool = False
+    run_name: Optional[str] = None
+    resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here

@@ -1,0 +1,199 @@
+"""Every cross-field rule of a run spec, checked once before anything runs.
+
+``validate`` returns one line per violation, each naming the key(s), their values and the rule.
+An empty list means the spec can be planned and handed to a backend.
+"""
+
+from __future__ import annotations
+
+from tprimat.spec import memory
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.frameworks import problem_with
+from tprimat.spec.hardware import PLATFORM_PRECISIONS, lookup
+from tprimat.spec.plan import derived_dp, device_memory, world_size
+from tprimat.spec.schema import TprimatConf
+
+CHOICES = {
+    "platform.name": ("cpu", "nvidia", "amd"),
+    "model.family": ("llama", "qwen2", "mistral"),
+    "methodology.name": ("maximum_performance", "identical_config"),
+    "parallelism.pp_schedule": ("gpipe", "1f1b"),
+    "training.precision": ("bf16", "fp32", "fp8"),
+    "training.activation_checkpointing": ("none", "full", "selective"),
+    "training.optimizer.name": ("adamw",),
+    "logging.wandb.mode": ("offline", "online", "disabled"),
+}
+POSITIVE = (
+    "platform.devices_per_node", "platform.nodes", "parallelism.tp", "parallelism.pp", "parallelism.cp",
+    "parallelism.dp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
+    "training.max_steps", "benchmark.repeats", "logging.log_every_steps", "model.num_layers",
+    "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_kv_heads",
+    "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
+)
+NON_NEGATIVE = ("benchmark.warmup_steps", "training.optimizer.warmup_steps", "training.optimizer.weight_decay",
+                "training.optimizer.grad_clip", "training.optimizer.min_lr")
+
+
+def get(spec: TprimatConf, key: str):
+    node = spec
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> list[str]:
+    problems = check_choices(spec) + check_ranges(spec)
+    if problems:  # the cross-field rules below divide by these values
+        return problems
+    return (check_layout(spec) + check_batch(spec) + check_model(spec) + check_schedule(spec)
+            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_memory(spec, hw))
+
+
+def check_choices(spec: TprimatConf) -> list[str]:
+    problems = [f"{key}={get(spec, key)}: must be one of {', '.join(options)}"
+                for key, options in CHOICES.items() if get(spec, key) not in options]
+    framework = problem_with(spec.framework.name)
+    return problems + ([framework] if framework else [])
+
+
+def check_ranges(spec: TprimatConf) -> list[str]:
+    problems = [f"{key}={get(spec, key)}: must be >= 1" for key in POSITIVE
+                if get(spec, key) is not None and get(spec, key) < 1]
+    problems += [f"{key}={get(spec, key)}: must be >= 0" for key in NON_NEGATIVE if get(spec, key) < 0]
+    opt = spec.training.optimizer
+    if opt.lr <= 0:
+        problems.append(f"training.optimizer.lr={opt.lr}: must be > 0")
+    elif opt.min_lr > opt.lr:
+        problems.append(f"training.optimizer.min_lr={opt.min_lr}, training.optimizer.lr={opt.lr}: "
+                        "min_lr must not exceed lr")
+    if spec.benchmark.telemetry_interval_s <= 0:
+        problems.append(f"benchmark.telemetry_interval_s={spec.benchmark.telemetry_interval_s}: must be > 0")
+    for key in ("training.optimizer.beta1", "training.optimizer.beta2"):
+        if not 0 <= get(spec, key) < 1:
+            problems.append(f"{key}={get(spec, key)}: must be in [0, 1)")
+    if spec.parallelism.zero_stage not in (0, 1, 2, 3):
+        problems.append(f"parallelism.zero_stage={spec.parallelism.zero_stage}: must be 0, 1, 2 or 3")
+    return problems
+
+
+def check_layout(spec: TprimatConf) -> list[str]:
+    par, world = spec.parallelism, world_size(spec)
+    model_parallel = par.tp * par.pp * par.cp
+    factors = (f"platform.devices_per_node={spec.platform.devices_per_node} * platform.nodes={spec.platform.nodes}"
+               f" = {world}")
+    problems = []
+    if par.dp is not None and model_parallel * par.dp != world:
+        problems.append(f"{factors}, parallelism.tp={par.tp} * pp={par.pp} * cp={par.cp} * dp={par.dp} = "
+                        f"{model_parallel * par.dp}: world size must equal tp * pp * cp * dp")
+    elif par.dp is None and world % model_parallel:
+        problems.append(f"{factors}, parallelism.tp={par.tp} * pp={par.pp} * cp={par.cp} = {model_parallel}: "
+                        "world size must be a multiple of tp * pp * cp (dp = world size / (tp * pp * cp))")
+    if par.fsdp and par.zero_stage:
+        problems.append(f"parallelism.fsdp=true, parallelism.zero_stage={par.zero_stage}: choose one way to "
+                        "shard (fsdp for native/torchtitan, zero_stage for DeepSpeed/Megatron)")
+    if par.sequence_parallel and par.tp == 1:
+        problems.append("parallelism.sequence_parallel=true, parallelism.tp=1: sequence parallelism needs tp > 1")
+    return problems
+
+
+def check_batch(spec: TprimatConf) -> list[str]:
+    if check_layout(spec):
+        return []
+    tr, dp = spec.training, derived_dp(spec)
+    if tr.global_batch_size % (tr.micro_batch_size * dp):
+        return [f"training.global_batch_size={tr.global_batch_size}, training.micro_batch_size="
+                f"{tr.micro_batch_size}, parallelism.dp={dp}: global_batch_size must be divisible by "
+                f"micro_batch_size * dp = {tr.micro_batch_size * dp}"]
+    return []
+
+
+def check_model(spec: TprimatConf) -> list[str]:
+    m, par, tr = spec.model, spec.parallelism, spec.training
+    problems = []
+    if m.head_dim is None and m.hidden_size % m.num_attention_heads:
+        problems.append(f"model.hidden_size={m.hidden_size}, model.num_attention_heads={m.num_attention_heads}: "
+                        "hidden_size must be divisible by num_attention_heads (or set model.head_dim)")
+    if m.num_attention_heads % m.num_kv_heads:
+        problems.append(f"model.num_attention_heads={m.num_attention_heads}, model.num_kv_heads={m.num_kv_heads}: "
+                        "attention heads must be a multiple of KV heads (grouped-query attention)")
+    for key in ("num_attention_heads", "num_kv_heads"):
+        if getattr(m, key) % par.tp:
+            problems.append(f"model.{key}={getattr(m, key)}, parallelism.tp={par.tp}: {key} must be "
+                            "divisible by tp")
+    if m.num_layers % par.pp:
+        problems.append(f"model.num_layers={m.num_layers}, parallelism.pp={par.pp}: num_layers must be "
+                        "divisible by pp")
+    if tr.seq_length % par.cp:
+        problems.append(f"training.seq_length={tr.seq_length}, parallelism.cp={par.cp}: seq_length must be "
+                        "divisible by cp")
+    if tr.seq_length > m.max_position_embeddings:
+        problems.append(f"training.seq_length={tr.seq_length}, model.max_position_embeddings="
+                        f"{m.max_position_embeddings}: seq_length must not exceed the model's context")
+    return problems
+
+
+def check_schedule(spec: TprimatConf) -> list[str]:
+    steps, bench, opt = spec.training.max_steps, spec.benchmark, spec.training.optimizer
+    problems = []
+    if bench.warmup_steps >= steps:
+        problems.append(f"benchmark.warmup_steps={bench.warmup_steps}, training.max_steps={steps}: at least "
+                        "one measured step is needed (warmup_steps < max_steps)")
+    if opt.warmup_steps > steps:
+        problems.append(f"training.optimizer.warmup_steps={opt.warmup_steps}, training.max_steps={steps}: "
+                        "lr warm-up must fit in the run (warmup_steps <= max_steps)")
+    return problems
+
+
+def check_hardware(spec: TprimatConf, hw: DetectedHardware, dry_run: bool) -> list[str]:
+    plat = spec.platform
+    device = lookup(plat.gpu)
+    problems = []
+    if plat.gpu is not None and plat.name == "cpu":
+        problems.append(f"platform.gpu={plat.gpu}, platform.name=cpu: a CPU platform has no GPU")
+    elif device is not None and device.vendor != plat.name:
+        problems.append(f"platform.gpu={plat.gpu}, platform.name={plat.name}: {device.name} is a "
+                        f"{device.vendor} device")
+    if dry_run or plat.name == "cpu":
+        return problems
+    if hw.kind != plat.name:
+        problems.append(f"platform.name={plat.name}: no {plat.name} GPU is visible here (detected: {hw.kind}, "
+                        f"{hw.device_name}); use dry_run=true to plan without the hardware")
+    elif plat.devices_per_node > hw.device_count:
+        problems.append(f"platform.devices_per_node={plat.devices_per_node}: only {hw.device_count} "
+                        f"{hw.device_name} visible on this node")
+    elif plat.gpu is not None and hw.gpu_key is not None and plat.gpu != hw.gpu_key:
+        problems.append(f"platform.gpu={plat.gpu}: this node has {hw.device_name} ({hw.gpu_key})")
+    return problems
+
+
+def check_precision(spec: TprimatConf) -> list[str]:
+    precision, plat = spec.training.precision, spec.platform
+    if precision not in PLATFORM_PRECISIONS[plat.name]:
+        return [f"training.precision={precision}, platform.name={plat.name}: {precision} training needs FP8 "
+                "tensor cores (NVIDIA H100/H200/B200, AMD MI300X and later); a CPU has none"]
+    device = lookup(plat.gpu)
+    if device is not None and not device.supports(precision):
+        return [f"training.precision={precision}, platform.gpu={plat.gpu}: {device.name} has no {precision} "
+                "tensor cores"]
+    return []
+
+
+def check_memory(spec: TprimatConf, hw: DetectedHardware) -> list[str]:
+    if check_layout(spec) or check_batch(spec):
+        return []
+    capacity, source = device_memory(spec, hw)
+    if capacity is None:
+        return []
+    dp = derived_dp(spec)
+    accum = spec.training.global_batch_size // (spec.training.micro_batch_size * dp)
+    est = memory.estimate(spec, dp, accum)
+    if est.total_gib <= capacity:
+        return []
+    return [f"model.name={spec.model.name}, parallelism.tp={spec.parallelism.tp}, pp={spec.parallelism.pp}, "
+            f"dp={dp}, fsdp={spec.parallelism.fsdp}, zero_stage={spec.parallelism.zero_stage}, "
+            f"training.micro_batch_size={spec.training.micro_batch_size}, training.seq_length="
+            f"{spec.training.seq_length}, training.activation_checkpointing="
+            f"{spec.training.activation_checkpointing}: estimated {est.total_gib:.1f} GiB per device "
+            f"(weights {est.weights_gib:.1f}, grads {est.grads_gib:.1f}, optimizer {est.optimizer_gib:.1f}, "
+            f"activations {est.activations_gib:.1f}, overhead {est.overhead_gib:.1f}) exceeds {capacity:.1f} GiB "
+            f"({source}); shard (parallelism.fsdp / tp / pp), recompute activations or lower micro_batch_size"]

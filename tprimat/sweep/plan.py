@@ -1,0 +1,101 @@
+"""Sweeps without running them: validate and plan every point through ``prepare``, as a run would.
+
+The entry point expands Hydra's sweep syntax and hands a ``compose(overrides) -> dict`` function
+(``tprimat.compose.Composer``: one Hydra composition per choice of config groups); nothing here reads a
+DictConfig. ``tprimat plan`` and its CSV use this.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from tprimat.execute.prepare import prepare
+from tprimat.measure.devices import detect
+from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import Plan
+
+
+@dataclass
+class Point:
+    overrides: list[str]
+    valid: bool
+    reason: str = ""
+    world_size: Optional[int] = None
+    dp: Optional[int] = None
+    memory_estimate_gib: Optional[float] = None
+    device_memory_gib: Optional[float] = None
+    flops_per_token: Optional[float] = None
+    tokens_per_step: Optional[int] = None
+    spec_hash: Optional[str] = None
+
+    def row(self) -> dict:
+        return {"point": " ".join(self.overrides), "valid": self.valid, "reason": self.reason,
+                "world_size": self.world_size, "dp": self.dp, "memory_estimate_gib": self.memory_estimate_gib,
+                "device_memory_gib": self.device_memory_gib, "flops_per_token": self.flops_per_token,
+                "tokens_per_step": self.tokens_per_step, "spec_hash": self.spec_hash}
+
+
+def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: DetectedHardware) -> Point:
+    """Compose, build, validate (no check against this host's devices) and plan one point; never raises."""
+    try:
+        spec = build_spec(compose(overrides), hw)
+    except SpecError as exc:
+        return Point(overrides, False, exc.problems[0])
+    except KeyError as exc:
+        return Point(overrides, False, str(exc.args[0]))
+    except Exception as exc:  # noqa: BLE001 - a composition error in one point is that point's reason
+        return Point(overrides, False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    prepared = prepare(spec, hw, dry_run=True)
+    digest = spec_identity(spec_to_dict(spec))
+    problems = prepared.all_problems
+    if problems:
+        reason = problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 and prepared.problems else "")
+        return Point(overrides, False, reason, spec_hash=digest, **_sizes(prepared.plan))
+    return Point(overrides, True, "", spec_hash=digest, **_sizes(prepared.plan))
+
+
+def _sizes(plan: Optional[Plan]) -> dict:
+    if plan is None:
+        return {}
+    return {"world_size": plan.world_size, "dp": plan.dp, "memory_estimate_gib": plan.memory.total_gib,
+            "device_memory_gib": plan.device_memory_gib, "flops_per_token": plan.flops_per_token,
+            "tokens_per_step": plan.tokens_per_step}
+
+
+def plan_sweep(points: list[list[str]], compose: Callable[[list[str]], dict],
+               hw: Optional[DetectedHardware] = None) -> list[Point]:
+    """Validate and plan every point (each a list of overrides) without running anything."""
+    hw = hw or detect()
+    return [plan_point(compose, point, hw) for point in points]
+
+
+def write_csv(points: list[Point], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(Point([], True).row()))
+        writer.writeheader()
+        for p in points:
+            writer.writerow(p.row())
+    return path
+
+
+def print_points(points: list[Point], limit: int = 60) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"tprimat plan: {len(points)} points, {sum(p.valid for p in points)} valid")
+    for header in ("point", "valid", "world", "dp", "memory GiB (est.)", "device GiB", "GFLOP/token", "reason"):
+        table.add_column(header, overflow="fold")
+    for p in points[:limit]:
+        table.add_row(" ".join(p.overrides) or "(defaults)", "yes" if p.valid else "NO", str(p.world_size or ""),
+                      str(p.dp or ""), f"{p.memory_estimate_gib:.1f}" if p.memory_estimate_gib is not None else "",
+                      f"{p.device_memory_gib:.1f}" if p.device_memory_gib else "",
+                      f"{p.flops_per_token / 1e9:.2f}" if p.flops_per_token else "", p.reason)
+    console = Console(width=220)
+    console.print(table)
+    if len(points) > limit:
+        console.print(f"... {len(points) - limit} more points (see the CSV)")
