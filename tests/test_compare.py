@@ -62,6 +62,7 @@ def groups_of(*results, aggregate="median"):
     return build_groups([Loaded(Path(f"r{i}/result.json"), r) for i, r in enumerate(results)], aggregate)
 
 
+@pytest.mark.slow
 def test_repeats_of_one_spec_merge_into_one_group(real):
     root, a, b, c = real
     groups = build_groups(load([str(root)]).results)
@@ -72,6 +73,7 @@ def test_repeats_of_one_spec_merge_into_one_group(real):
     assert merged.metrics["tokens_per_s"] == pytest.approx(np.median(rates))
 
 
+@pytest.mark.slow
 def test_warmup_never_enters_the_numbers(real):
     _, a, _, _ = real
     slow_warmup = derived(a, edit=lambda r: [s.update(step_time_s=s["step_time_s"] * 100)
@@ -80,6 +82,7 @@ def test_warmup_never_enters_the_numbers(real):
     assert g_slow[0].metrics["tokens_per_s"] == pytest.approx(g_plain[0].metrics["tokens_per_s"])
 
 
+@pytest.mark.slow
 def test_impossible_published_claim_is_flagged(real):
     """~72,500 tokens/s/GPU for Llama 3.1 8B on MI300X (~3.7 PFLOP/s per GPU) cannot be real."""
     _, a, _, _ = real
@@ -95,6 +98,7 @@ def test_impossible_published_claim_is_flagged(real):
     assert not any(f.startswith("IMPOSSIBLE") for f in groups_of(plausible)[0].flags)
 
 
+@pytest.mark.slow
 def test_platform_speedup_is_significant_only_when_it_is(real):
     _, a, _, _ = real
     twice_as_fast = derived(a, time_scale=0.5, platform="nvidia", gpu="h100")
@@ -109,6 +113,7 @@ def test_platform_speedup_is_significant_only_when_it_is(real):
     assert "not significant" in same.wording()
 
 
+@pytest.mark.slow
 def test_identical_config_runs_with_different_settings_are_refused(real):
     _, _, _, c = real
     hidden_lr = derived(c, platform="amd", gpu="mi300x",
@@ -120,6 +125,7 @@ def test_identical_config_runs_with_different_settings_are_refused(real):
     assert ok.refused is None
 
 
+@pytest.mark.slow
 def test_failed_audit_is_refused(real):
     _, _, _, c = real
     audited = derived(c, platform="amd", gpu="mi300x", edit=lambda r: r.update(audit={"passed": False, "checks": []}))
@@ -127,6 +133,7 @@ def test_failed_audit_is_refused(real):
     assert "audit failed" in s.refused
 
 
+@pytest.mark.slow
 def test_cost_energy_and_time_to_train(real):
     _, a, _, _ = real
     h100 = derived(a, platform="nvidia", gpu="h100", world_size=8)
@@ -173,6 +180,7 @@ def test_ratio_interval_separates_real_differences_only():
     assert stats.significant(lo, hi) and lo > 1.15 and point == pytest.approx(1.25, rel=0.05)
 
 
+@pytest.mark.slow
 def test_steady_state_check_flags_a_drifting_window(real):
     _, a, _, _ = real
     assert stats.drift([1.0] * 10) == 0
@@ -188,6 +196,7 @@ def compare(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_compare_writes_report_plots_and_tables(real, tmp_path):
     root, a, _, _ = real
     write_result(derived(a, time_scale=0.5, platform="nvidia", gpu="h100"), root / "h100")
@@ -215,6 +224,7 @@ def test_compare_writes_report_plots_and_tables(real, tmp_path):
     (root / "h100" / "result.json").unlink()
 
 
+@pytest.mark.slow
 def test_filters(real):
     root, *_ = real
     proc = compare(root, "--methodology", "identical_config")
@@ -222,6 +232,7 @@ def test_filters(real):
     assert compare(root, "--platform", "amd").returncode == 1  # nothing left: says so, exits 1
 
 
+@pytest.mark.slow
 def test_regression_gate_exit_code_names_the_group(real, tmp_path):
     root, a, _, _ = real
     baseline, current = tmp_path / "baseline", tmp_path / "current"
@@ -233,6 +244,7 @@ def test_regression_gate_exit_code_names_the_group(real, tmp_path):
     assert compare(current, "--baseline", baseline, "--fail-below", "0.7").returncode == 0
 
 
+@pytest.mark.slow
 def test_preflight_measures_and_compare_uses_the_ceiling(real, tmp_path):
     root, *_ = real
     pf = tmp_path / "preflight.json"
@@ -251,6 +263,7 @@ def test_preflight_measures_and_compare_uses_the_ceiling(real, tmp_path):
             g.metrics["tflops_per_device"] / record["matmul_tflops"][g.precision])
 
 
+@pytest.mark.slow
 def test_report_tables_keep_their_columns(real, tmp_path):
     root, *_ = real
     assert compare(root, "--out", tmp_path).returncode == 0
@@ -260,6 +273,7 @@ def test_report_tables_keep_their_columns(real, tmp_path):
             assert len(cells) in (6, 8, 10, 15), line  # the column counts of the report's tables
 
 
+@pytest.mark.slow
 def test_parquet_table_matches_csv(real, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     root, *_ = real
@@ -268,6 +282,7 @@ def test_parquet_table_matches_csv(real, tmp_path):
     assert len(table) == 2 and all(row["tokens_per_s_per_device"] > 0 for row in table)
 
 
+@pytest.mark.slow
 def test_results_of_different_schema_versions_are_not_compared(real):
     _, a, _, _ = real
     future = copy.deepcopy(derived(a, platform="nvidia", gpu="h100"))
@@ -276,6 +291,7 @@ def test_results_of_different_schema_versions_are_not_compared(real):
     assert s.refused and "schema versions differ" in s.refused
 
 
+@pytest.mark.slow
 def test_compare_reads_ingested_real_logs(tmp_path):
     """Results ingested from real Primus runs (Llama 3.1 8B, 8 AMD GPUs) group and compare like live ones."""
     from tests.conftest import ROOT

@@ -181,6 +181,7 @@ def titan_effective(tmp_path, overrides):
     return spec, backend.effective_settings(spec, tmp_path / "launch")
 
 
+@pytest.mark.slow
 def test_torchtitan_accepts_the_translation(tmp_path):
     spec, effective = titan_effective(tmp_path, ["parallelism.tp=2", "training.activation_checkpointing=selective"])
     report = audit(spec, "", [], effective)
@@ -188,6 +189,7 @@ def test_torchtitan_accepts_the_translation(tmp_path):
     assert effective["lr"] == spec.training.optimizer.lr and effective["tp"] == 2
 
 
+@pytest.mark.slow
 def test_torchtitan_audit_sees_an_override_on_its_command_line(tmp_path):
     spec, effective = titan_effective(tmp_path, ["framework.extra_args=[--lr_scheduler.warmup_steps,7]"])
     failed = [c["key"] for c in audit(spec, "", [], effective)["checks"] if not c["ok"]]
@@ -249,6 +251,7 @@ def replay(backend, monkeypatch, text: str, exit_code: int = 0, sleep_s: float =
     monkeypatch.setattr(backend, "launch", launch)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (CORPUS / "primus_3.log").exists(), reason="corpus not present")
 def test_runner_streams_parses_and_audits_a_real_primus_log(tmp_path, monkeypatch):
     backend = backends.load("primus")

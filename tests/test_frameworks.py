@@ -15,6 +15,8 @@ from tprimat.backends.common import lr_at
 from tprimat.results.result import validate_result
 from tprimat.spec.build import build_spec
 
+pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
+
 pytest.importorskip("transformers")
 pytest.importorskip("deepspeed")
 

@@ -204,6 +204,7 @@ def test_tensorboard_event_files(tmp_path):
     assert result["summary"]["tokens_per_s"] == pytest.approx(8 * 1024 / 2.0)
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_of_a_real_benchmark(default_run):
     run_dir, _ = default_run
     from tprimat.results.wandb_offline import find_offline_runs
@@ -215,6 +216,7 @@ def test_wandb_offline_run_of_a_real_benchmark(default_run):
     assert [s["step_time_s"] for s in result["steps"]] == pytest.approx([s["step_time_s"] for s in live["steps"]])
 
 
+@pytest.mark.slow
 def test_cli_writes_one_result_per_run(tmp_path):
     import subprocess
     import sys

@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import ROOT, run_inprocess, run_launch
 from tprimat.results.result import validate_result
 
+pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
+
 STEPS = ["training.max_steps=5", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
          "logging.wandb.mode=disabled", "platform=cpu"]
 FP32 = [*STEPS, "training.precision=fp32"]

@@ -12,6 +12,7 @@ from tprimat.results.result import SCHEMA_VERSION, read_result, validate_result,
 from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
 
+@pytest.mark.slow
 def test_default_launch_writes_a_valid_ok_result(default_run):
     run_dir, proc = default_run
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -27,6 +28,7 @@ def test_default_launch_writes_a_valid_ok_result(default_run):
     assert result["summary"]["tokens_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_results_logs_or_wandb(default_run):
     run_dir, _ = default_run
     for path in run_dir.rglob("*"):
@@ -36,6 +38,7 @@ def test_secrets_never_reach_results_logs_or_wandb(default_run):
             assert b"hf_test_secret_987" not in data, path
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_config_steps_and_summary(default_run):
     run_dir, _ = default_run
     result = read_result(run_dir)
@@ -73,6 +76,7 @@ def test_results_are_written_atomically_and_without_nan(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
 
 
+@pytest.mark.slow
 def test_schema_rejects_a_broken_result(default_run):
     result = read_result(default_run[0])
     result["status"] = "great"
@@ -82,6 +86,7 @@ def test_schema_rejects_a_broken_result(default_run):
     assert any(p.startswith("steps/0:") and "step_time_s" in p for p in problems)
 
 
+@pytest.mark.slow
 def test_multirun_records_invalid_points_and_goes_on(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
                            "parallelism.tp=1,2", *QUICK], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -93,6 +98,7 @@ def test_multirun_records_invalid_points_and_goes_on(tmp_path):
     assert "sweep: 2 points, 1 ok, 1 not ok" in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_check(default_run, tmp_path):
     good = default_run[0] / "result.json"
     bad = tmp_path / "bad.json"

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, install
 
+pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
+
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
        "logging.wandb.mode=disabled", "platform=cpu", "platform.devices_per_node=2", "benchmark.telemetry=false"]

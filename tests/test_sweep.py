@@ -50,6 +50,7 @@ def test_type_errors_and_unknown_keys_are_a_points_reason():
     assert not unknown.valid and "training.nope: unknown key" in unknown.reason
 
 
+@pytest.mark.slow
 def test_plan_command_writes_a_csv_and_exits_2_when_a_point_is_invalid(tmp_path):
     out = tmp_path / "plan.csv"
     proc = subprocess.run([sys.executable, "-m", "tprimat", "plan", *SWEEP, "--out", str(out)],
@@ -82,6 +83,7 @@ def result_of(path):
     return result
 
 
+@pytest.mark.slow
 def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(tmp_path):
     proc = sweep(tmp_path / "s", "parallelism.tp=2,1", *QUICK_RUN, f"resume_from={tmp_path / 'none'}")
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -95,6 +97,7 @@ def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(t
     assert "| 1 |" in (tmp_path / "s" / "sweep_summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_points_and_reruns_failed_or_missing_ones(tmp_path):
     import json
 
@@ -113,6 +116,7 @@ def test_resume_skips_finished_points_and_reruns_failed_or_missing_ones(tmp_path
     assert not (second / "0" / "result.json").exists()
 
 
+@pytest.mark.slow
 def test_submitit_local_one_task_per_rank(tmp_path):
     pytest.importorskip("submitit")
     proc = sweep(tmp_path / "s", "hydra/launcher=submitit_local",
@@ -126,6 +130,7 @@ def test_submitit_local_one_task_per_rank(tmp_path):
         assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()  # written once, by rank 0
 
 
+@pytest.mark.slow
 def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
     from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
@@ -138,6 +143,7 @@ def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
     assert all(r.summary["tokens_per_s"] > 0 for r in runs)
 
 
+@pytest.mark.slow
 def test_slurm_keys_reach_the_sbatch_script(tmp_path):
     pytest.importorskip("submitit")
     from tprimat.sweep.launch import make_executor

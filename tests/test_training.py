@@ -110,6 +110,7 @@ def test_synthetic_data_is_seeded_and_learnable():
     assert torch.equal(part, x1[2:])  # a micro batch or data-parallel rank takes a slice of one global batch
 
 
+@pytest.mark.slow
 def test_compile_runs_and_its_cost_stays_in_the_warmup(tmp_path):
     out = run_inprocess(tmp_path, ["training.compile=true", "training.max_steps=4", "benchmark.warmup_steps=1",
                                    "logging.wandb.mode=disabled", "training.optimizer.warmup_steps=1"])

@@ -100,6 +100,7 @@ def test_unknown_key_added_on_the_command_line_is_rejected():
         build_spec(compose(["+training.foo=1"]), detect())
 
 
+@pytest.mark.slow
 def test_invalid_run_exits_2_without_traceback_and_records_why(tmp_path):
     proc = run_launch(tmp_path, "training.global_batch_size=10", "training.precision=fp8")
     assert proc.returncode == 2, proc.stderr
@@ -116,6 +117,7 @@ def test_invalid_point_result_in_process(tmp_path):
     assert "world size" in out.result["error"]
 
 
+@pytest.mark.slow
 def test_type_errors_are_rejected_by_the_schema(tmp_path):
     proc = run_launch(tmp_path, "training.max_steps=many")
     assert proc.returncode != 0
