@@ -18,12 +18,15 @@ from tprimat.backends.external.audit import audit
 from tprimat.backends.external.base import ExternalFailed, Launch
 from tprimat.backends.external.megatron import megatron_settings
 from tprimat.compose import compose
-from tprimat.ingest.build import NO_HARDWARE
 from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.plan import make_plan
 
 CORPUS = ROOT.parent / "shared" / "logs"
 GPU = ["platform=amd", "platform.gpu=mi300x", "model=llama", "dry_run=true"]
+
+
+NO_HARDWARE = DetectedHardware("none", "no live hardware: plans for GPUs", 0, 0.0, None)
 
 
 def spec_plan(overrides):

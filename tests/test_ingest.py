@@ -9,15 +9,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tprimat.compose import compose
-from tprimat.ingest.build import Meta, ingest_file, ingest_text, parse_text
+from tprimat.ingest.build import Meta, ingest_file, ingest_text
+from tprimat.logs.parsers import parse_text
 from tprimat.results.result import validate_result
 
 CORPUS = ROOT.parent / "shared" / "logs"
-# MLPerf Training result logs (:::MLLOG lines) joined the corpus after this parser set was written: reading them
-# is its own open issue ("Numbers you can trust"); strict, so these cases fail loudly once they pass.
-NOT_YET_READ = pytest.mark.xfail(reason="MLPerf :::MLLOG format is not parsed yet", strict=True)
-CORPUS_LOGS = [pytest.param(p, id=p.stem, marks=[NOT_YET_READ] if p.stem.startswith("mlperf") else [])
-               for p in sorted(CORPUS.glob("*.log"))] if CORPUS.is_dir() else []
+CORPUS_LOGS = [pytest.param(p, id=p.stem) for p in sorted(CORPUS.glob("*.log"))] if CORPUS.is_dir() else []
 
 STEP_KEYS = ("progress_bar_step", "iteration", "global_step")
 TOP_LEVEL = {"loss", "lr", "grad_norm", "step_time_s", "memory_gib"}
@@ -56,6 +53,16 @@ def test_corpus_log_matches_expected(log):
     result = ingest_file(log, Meta(compose))
     assert validate_result(result) == []
     expected, steps = truth["expected"], result["steps"]
+    if truth["framework"] == "mlperf":  # one record per throughput block, the printed values in ``reported``
+        assert len(steps) == len(expected)
+        for step, entry in zip(steps, expected):
+            assert {k: step["reported"].get(k) for k in entry} == pytest.approx(entry)
+        run = truth["expected_summary"]
+        assert {k: result["source"][k] for k in ("run_start_ms", "run_stop_ms", "status", "final_eval_accuracy")} == \
+            {k: run[k] for k in ("run_start_ms", "run_stop_ms", "status", "final_eval_accuracy")}
+        if "samples_per_s" in expected[0]:
+            assert result["summary"]["reported"]["samples_per_s"] == pytest.approx(run["median_samples_per_s"])
+        return
     if not expected:  # runs that died before iteration 1: a failed result, never a crash or invented values
         assert result["status"] == "failed" and steps == [] and result["error"]
         return
@@ -168,7 +175,7 @@ def test_hf_string_values_split_dict_and_final_summary():
     parsed = parse_text(HF)
     assert parsed.format == "hf" and [s["step"] for s in parsed.steps] == [1, 2]
     assert parsed.steps[0]["loss"] == 2.5 and parsed.steps[1]["lr"] == 4.95e-05
-    assert parsed.final["train_runtime"] == 100.0
+    assert parsed.extra["final_summary"]["train_runtime"] == 100.0
 
 
 def test_a_run_that_died_before_iteration_one_is_a_failed_result():

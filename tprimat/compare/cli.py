@@ -1,5 +1,5 @@
 """``tprimat compare [RESULT_FILES_OR_DIRS...] [--platform ...] [--frameworks a,b] [--models a,b]
-[--methodology ...] [--aggregate median|olympic|mean] [--preflight FILE...] [--baseline DIR --fail-below 0.95]
+[--methodology ...] [--aggregate median|olympic|mean] [--by AXIS] [--preflight FILE...] [--baseline DIR --fail-below 0.95]
 [--out DIR]``"""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tprimat.compare.gate import gate
 from tprimat.compare.groups import build_groups, ceilings_from, group_summary
 from tprimat.compare.load import load
 from tprimat.compare.report import write_report
-from tprimat.compare.speedups import speedups
+from tprimat.compare.speedups import AXES, speedups
 from tprimat.compare.stats import AGGREGATES
 from tprimat.compare.table import print_console, write_tables
 
@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methodology", choices=["maximum_performance", "identical_config"])
     parser.add_argument("--aggregate", choices=AGGREGATES, default="median",
                         help="across repeats: median (default), olympic (MLPerf), mean")
+    parser.add_argument("--by", choices=AXES, help="speedups along this axis only (default: every pair of groups "
+                        "that differ in exactly one axis)")
     parser.add_argument("--preflight", nargs="*", default=[], help="tprimat preflight files (measured ceilings)")
     parser.add_argument("--baseline", help="directory of baseline results for the regression gate")
     parser.add_argument("--fail-below", type=float, default=0.95,
@@ -39,13 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def keep(result: dict, args: argparse.Namespace) -> bool:
     spec = result["spec"]
-    if args.platform and spec["platform"]["name"] not in args.platform:
+    if args.platform and spec["platform"].get("name") not in args.platform:
         return False
     if args.frameworks and spec["framework"]["name"] not in args.frameworks.split(","):
         return False
     if args.models and spec["model"]["name"] not in args.models.split(","):
         return False
-    return not (args.methodology and spec["methodology"]["name"] != args.methodology)
+    return not (args.methodology and spec["methodology"].get("name") != args.methodology)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
-    found = speedups(groups)
+    found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
     if args.out:
         out = Path(args.out)

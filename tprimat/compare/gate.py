@@ -25,7 +25,7 @@ def gate(current: list[Group], baseline: list[Group], threshold: float) -> tuple
     passed, failed, unmatched = [], [], []
     for group in current:
         base = by_identity.get(group.identity) or by_label.get(group.label)
-        if base is None:
+        if base is None or not group.metrics["tokens_per_s_per_device"] or not base.metrics["tokens_per_s_per_device"]:
             unmatched.append(group.label)
             continue
         row = GateRow(group.label, group.metrics["tokens_per_s_per_device"], base.metrics["tokens_per_s_per_device"])

@@ -1,23 +1,24 @@
-"""Group results by what was run, merge repeats of the same spec, and derive every headline metric.
+"""Group results by what was run and derive every headline metric from the evidence in the results.
 
-A group is one resolved spec (minus run bookkeeping); its label names model, framework, platform, device,
-methodology, layout and precision. Derived metrics: throughput (per device, with a bootstrap CI), step
-time (median, IQR), TFLOP/s and MFU, memory, cost, energy (measured or a labelled TDP estimate), time to
-train, and the flags that make a number untrustworthy.
+A group is one spec identity (minus run bookkeeping); its label names model, framework, platform, device,
+methodology, layout and precision (``?`` where an ingested log does not state it). The unit of replication
+is the repeat: each repeat's throughput is recomputed from its own measured steps (total tokens over total
+time, per device), never read from a summary that could disagree with them; a result whose steps cannot
+give a rate (an ingested log with printed throughput only) contributes its summary's figure, marked with
+its provenance. The statistics are in ``tprimat.compare.stats``; the checks that flag a number in
+``tprimat.compare.flags``.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
+from tprimat.compare import flags as checks
 from tprimat.compare import stats
 from tprimat.compare.load import Loaded
 from tprimat.spec.build import spec_identity
 from tprimat.spec.hardware import lookup
-
-DRIFT_WARN = 0.05  # 5% change of the median step time across the measured window
 
 
 def identity_of(result: dict) -> str:
@@ -27,15 +28,29 @@ def identity_of(result: dict) -> str:
 
 def device_of(result: dict) -> str:
     plat = result["spec"]["platform"]
-    return plat.get("gpu") or plat["name"]
+    return plat.get("gpu") or plat.get("name") or "?"
+
+
+def shown(value) -> str:
+    return "?" if value is None else str(value)
 
 
 def layout_of(result: dict) -> str:
     plan, par = result.get("plan") or {}, result["spec"]["parallelism"]
     shard = "fsdp" if par.get("fsdp") else (f"zero{par['zero_stage']}" if par.get("zero_stage") else "")
-    parts = [f"tp{plan.get('tp', par['tp'])}", f"pp{plan.get('pp', par['pp'])}", f"cp{plan.get('cp', par['cp'])}",
-             f"dp{plan.get('dp', par.get('dp'))}"]
+    parts = [f"{axis}{shown(plan.get(axis, par.get(axis)))}" for axis in ("tp", "pp", "cp", "dp")]
     return " ".join(parts + ([shard] if shard else []))
+
+
+@dataclass
+class Repeat:
+    """One measurement: a repeat of a run, its measured steps and its per-device rate."""
+
+    source: str  # run file and repeat index
+    rate: float  # tokens/s per device
+    tokens: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    provenance: str = "measured"
 
 
 @dataclass
@@ -45,6 +60,7 @@ class Group:
     aggregate: str = "median"
     metrics: dict = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    repeats: list[Repeat] = field(default_factory=list)
 
     @property
     def first(self) -> dict:
@@ -56,15 +72,15 @@ class Group:
 
     @property
     def model(self) -> str:
-        return self.spec["model"]["name"]
+        return shown(self.spec["model"].get("name"))
 
     @property
     def framework(self) -> str:
-        return self.spec["framework"]["name"]
+        return shown(self.spec["framework"].get("name"))
 
     @property
     def platform(self) -> str:
-        return self.spec["platform"]["name"]
+        return shown(self.spec["platform"].get("name"))
 
     @property
     def device(self) -> str:
@@ -72,36 +88,60 @@ class Group:
 
     @property
     def methodology(self) -> str:
-        return self.spec["methodology"]["name"]
+        return shown(self.spec["methodology"].get("name"))
 
     @property
     def precision(self) -> str:
-        return self.spec["training"]["precision"]
+        return shown(self.spec["training"].get("precision"))
+
+    @property
+    def world_size(self) -> Optional[int]:
+        return (self.first.get("plan") or {}).get("world_size")
 
     @property
     def label(self) -> str:
-        return (f"{self.model} | {self.framework} | {self.device} x{self.world_size} | {self.methodology} | "
+        return (f"{self.model} | {self.framework} | {self.device} x{shown(self.world_size)} | {self.methodology} | "
                 f"{layout_of(self.first)} | {self.precision}")
 
-    @property
-    def world_size(self) -> int:
-        return int((self.first.get("plan") or {}).get("world_size") or 1)
+    def axes(self) -> dict:
+        return {"platform": self.platform, "device": self.device, "framework": self.framework,
+                "precision": self.precision, "layout": layout_of(self.first), "model": self.model,
+                "methodology": self.methodology}
 
     def measured(self) -> list[dict]:
         return [s for run in self.runs for s in run.result["steps"]
                 if not s["warmup"] and s.get("step_time_s") and s.get("tokens")]
 
     def samples(self) -> tuple[list[float], list[float]]:
-        """(tokens, seconds) of every measured step of every repeat: the bootstrap's unit."""
+        """(tokens, seconds) of every measured step of every repeat, per device."""
+        world = self.world_size or 1
         steps = self.measured()
-        return [s["tokens"] for s in steps], [s["step_time_s"] for s in steps]
+        return [s["tokens"] / world for s in steps], [s["step_time_s"] for s in steps]
 
-    def repeat_rates(self) -> list[float]:
-        rates = []
-        for run in self.runs:
-            per_repeat = (run.result.get("summary") or {}).get("per_repeat") or []
-            rates += [r["tokens_per_s"] for r in per_repeat] or [run.result["summary"]["tokens_per_s"]]
-        return rates
+    @property
+    def repeats_share_process(self) -> bool:
+        return any(len({s.get("repeat", 0) for s in run.result["steps"]}) > 1 for run in self.runs)
+
+
+def repeats_of(run: Loaded) -> list[Repeat]:
+    result = run.result
+    world = (result.get("plan") or {}).get("world_size")
+    by_repeat: dict[int, list[dict]] = {}
+    for s in result["steps"]:
+        if not s["warmup"] and s.get("step_time_s") and s.get("tokens"):
+            by_repeat.setdefault(s.get("repeat", 0), []).append(s)
+    name = f"{run.path.parent.name}/{run.path.name}"
+    if world and by_repeat:
+        out = []
+        for index, steps in sorted(by_repeat.items()):
+            tokens, seconds = [s["tokens"] / world for s in steps], [s["step_time_s"] for s in steps]
+            out.append(Repeat(f"{name} repeat {index}", sum(tokens) / sum(seconds), tokens, seconds,
+                              ((result.get("summary") or {}).get("provenance") or {}).get("tokens_per_s") or "measured"))
+        return out
+    summary = result.get("summary") or {}
+    rate = summary.get("tokens_per_s_per_device")
+    source = (summary.get("provenance") or {}).get("tokens_per_s_per_device") or "reported"
+    return [Repeat(name, rate, provenance=source)] if rate else []
 
 
 def build_groups(loaded: list[Loaded], aggregate: str = "median", ceilings: Optional[dict] = None) -> list[Group]:
@@ -115,34 +155,40 @@ def build_groups(loaded: list[Loaded], aggregate: str = "median", ceilings: Opti
     return groups
 
 
-def price_per_device_hour(group: Group) -> tuple[Optional[float], str]:
-    configured = group.spec["platform"].get("price_per_device_hour_usd")
-    if configured is not None:
-        return configured, "platform.price_per_device_hour_usd"
-    device = lookup(group.spec["platform"].get("gpu"))
-    if device and device.price_per_hour_usd is not None:
-        return device.price_per_hour_usd, device.price_source
-    return None, "no price: set platform.price_per_device_hour_usd"
+def estimate(group: Group) -> tuple[Optional[float], stats.Interval]:
+    """The group's tokens/s/device and the interval about that same estimator."""
+    reps = group.repeats
+    if not reps:
+        return None, stats.Interval(float("nan"), float("nan"), "none")
+    rates = [r.rate for r in reps]
+    if len(reps) >= 2:
+        return stats.aggregate(rates, group.aggregate), stats.repeats_ci(rates, group.aggregate)
+    if reps[0].tokens:
+        return rates[0], stats.within_run_ci(reps[0].tokens, reps[0].seconds)
+    return rates[0], stats.Interval(rates[0], rates[0], "none")
 
 
 def derive(group: Group, ceilings: dict) -> None:
-    tokens, seconds = group.samples()
-    rates = group.repeat_rates()
+    group.repeats = [r for run in group.runs for r in repeats_of(run)]
+    per_device, interval = estimate(group)
     world = group.world_size
-    tokens_per_s = stats.aggregate(rates, group.aggregate)
-    ci_lo, ci_hi = stats.bootstrap_ci(tokens, seconds)
     plan = group.first.get("plan") or {}
-    flops_per_token = plan.get("flops_per_token")
-    per_device = tokens_per_s / world
-    tflops = flops_per_token * per_device / 1e12 if flops_per_token else None
-    peak = plan.get("peak_tflops")
-    device_row = lookup(group.spec["platform"].get("gpu"))
+    flops_per_token, peak = plan.get("flops_per_token"), plan.get("peak_tflops")
+    tflops = flops_per_token * per_device / 1e12 if flops_per_token and per_device else None
+    tflops_source = "computed" if tflops is not None else None
+    if tflops is None:
+        tflops = (group.first.get("summary") or {}).get("tflops_per_device")
+        tflops_source = ((group.first.get("summary") or {}).get("provenance") or {}).get("tflops_per_device")
+    _, seconds = group.samples()
     m = group.metrics
     m.update({
-        "runs": len(group.runs), "repeats": len(rates), "measured_steps": len(seconds),
-        "tokens_per_s": tokens_per_s, "tokens_per_s_per_device": per_device,
-        "tokens_per_s_per_device_ci": (ci_lo / world, ci_hi / world),
-        "step_time_s": stats.summarise_spread(seconds), "tflops_per_device": tflops,
+        "runs": len(group.runs), "repeats": len(group.repeats), "measured_steps": len(seconds),
+        "tokens_per_s_per_device": per_device, "tokens_per_s": per_device * world if per_device and world else None,
+        "tokens_per_s_per_device_ci": (interval.lo, interval.hi) if interval.kind != "none" else (None, None),
+        "ci_kind": interval.kind, "ci_coverage": interval.coverage,
+        "provenance": sorted({r.provenance for r in group.repeats}),
+        "repeats_share_process": group.repeats_share_process,
+        "step_time_s": stats.summarise_spread(seconds), "tflops_per_device": tflops, "tflops_provenance": tflops_source,
         "flops_convention": plan.get("flops_convention"),
         "mfu": tflops / peak if tflops is not None and peak else None, "peak_tflops": peak,
         "peak_source": plan.get("peak_source"),
@@ -154,51 +200,41 @@ def derive(group: Group, ceilings: dict) -> None:
     m["peak_memory_gib"] = max(peaks_mem) if peaks_mem else None
     capacity = plan.get("device_memory_gib")
     m["memory_utilisation"] = m["peak_memory_gib"] / capacity if m["peak_memory_gib"] and capacity else None
-    derive_cost_energy(group, tokens_per_s, device_row)
-    m["days_to_train_1t"] = 1e12 / tokens_per_s / 86400
-    m["days_to_train_15t"] = 15e12 / tokens_per_s / 86400
-    check_physics(group, tflops, device_row)
-    check_drift(group)
+    derive_cost_energy(group, m["tokens_per_s"], lookup(group.spec["platform"].get("gpu")))
+    m["days_to_train_1t"] = 1e12 / m["tokens_per_s"] / 86400 if m["tokens_per_s"] else None
+    m["days_to_train_15t"] = 15e12 / m["tokens_per_s"] / 86400 if m["tokens_per_s"] else None
+    checks.run_all(group, tflops, ceiling)
 
 
-def derive_cost_energy(group: Group, tokens_per_s: float, device_row) -> None:
+def price_per_device_hour(group: Group) -> tuple[Optional[float], str]:
+    configured = group.spec["platform"].get("price_per_device_hour_usd")
+    if configured is not None:
+        return configured, "platform.price_per_device_hour_usd"
+    device = lookup(group.spec["platform"].get("gpu"))
+    if device and device.price_per_hour_usd is not None:
+        return device.price_per_hour_usd, device.price_source
+    return None, "no price: set platform.price_per_device_hour_usd"
+
+
+def derive_cost_energy(group: Group, tokens_per_s: Optional[float], device_row) -> None:
     m, world = group.metrics, group.world_size
     price, price_source = price_per_device_hour(group)
     m["price_per_device_hour_usd"], m["price_source"] = price, price_source
-    m["usd_per_1t_tokens"] = price * world / 3600 / tokens_per_s * 1e12 if price is not None else None
-    m["tokens_per_usd"] = tokens_per_s * 3600 / (price * world) if price else None
+    known = tokens_per_s and world
+    m["usd_per_1t_tokens"] = price * world / 3600 / tokens_per_s * 1e12 if price is not None and known else None
+    m["tokens_per_usd"] = tokens_per_s * 3600 / (price * world) if price and known else None
     measured = [((run.result.get("telemetry") or {}).get("energy_per_token_j")) for run in group.runs]
     measured = [v for v in measured if v is not None]
     if measured:
-        m["energy_j_per_token"], m["energy_source"] = statistics.median(measured), "measured (telemetry)"
-    elif device_row is not None:
+        m["energy_j_per_token"], m["energy_source"] = sorted(measured)[len(measured) // 2], "measured (telemetry)"
+    elif device_row is not None and known:
         m["energy_j_per_token"] = device_row.tdp_w * world / tokens_per_s
         m["energy_source"] = f"estimate: TDP {device_row.tdp_w:.0f} W x {world} devices"
     else:
-        m["energy_j_per_token"], m["energy_source"] = None, "unavailable: no telemetry and no TDP for this device"
+        m["energy_j_per_token"], m["energy_source"] = None, "unavailable: no telemetry, or no TDP or throughput"
     j = m["energy_j_per_token"]
     m["energy_kwh_per_1m_tokens"] = j * 1e6 / 3.6e6 if j is not None else None
     m["energy_is_estimate"] = m["energy_source"].startswith("estimate")
-
-
-def check_physics(group: Group, tflops: Optional[float], device_row) -> None:
-    """A TFLOP/s per device above the device's dense peak cannot be real: flag it, never print it as a win."""
-    if tflops is None or device_row is None:
-        return
-    peak = device_row.peak_tflops("fp8" if group.precision == "fp8" else "bf16") or device_row.bf16_tflops
-    if peak and tflops > peak:
-        group.flags.append(f"IMPOSSIBLE: {tflops:,.0f} TFLOP/s per device exceeds the {device_row.name} dense "
-                           f"{group.precision} peak of {peak:,.0f} TFLOP/s "
-                           f"({group.metrics['tokens_per_s_per_device']:,.0f} tokens/s/device)")
-
-
-def check_drift(group: Group) -> None:
-    for run in group.runs:
-        times = [s["step_time_s"] for s in run.result["steps"] if not s["warmup"]]
-        change = stats.drift(times)
-        if abs(change) > DRIFT_WARN:
-            group.flags.append(f"not steady: median step time moved {change:+.1%} across the measured window of "
-                               f"{run.path.parent.name}/{run.path.name} (more warm-up or longer runs)")
 
 
 def ceiling_key(result: dict) -> str:
@@ -223,4 +259,6 @@ def group_summary(group: Group) -> dict:
             "methodology": group.methodology, "precision": group.precision, "layout": layout_of(group.first),
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items() if k != "step_time_s"},
             "step_time_s_median": m["step_time_s"]["median"], "step_time_s_iqr": m["step_time_s"]["iqr"],
+            "repeat_rates": [{"source": r.source, "tokens_per_s_per_device": r.rate, "provenance": r.provenance}
+                             for r in group.repeats],
             "flags": list(group.flags)}

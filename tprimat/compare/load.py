@@ -49,7 +49,7 @@ def load(paths: list[str]) -> LoadReport:
         if data["status"] != "ok":
             report.skipped.append((path, f"status {data['status']}"))
             continue
-        problems = validate_result(data) if data["schema_version"] == "1.0" else []
+        problems = validate_result(data) if data["schema_version"] in ("1.0", "1.1") else []
         if problems:
             report.skipped.append((path, f"does not match the result schema: {problems[0]}"))
             continue

@@ -46,15 +46,16 @@ def _bar(groups: list[Group], values, ylabel: str, title: str, path: Path, error
 def throughput(groups: list[Group], out: Path) -> Path:
     values = [g.metrics["tokens_per_s_per_device"] for g in groups]
     lo_hi = [g.metrics["tokens_per_s_per_device_ci"] for g in groups]
-    errors = [[max(v - lo, 0) for v, (lo, _) in zip(values, lo_hi)], [max(hi - v, 0) for v, (_, hi) in zip(values, lo_hi)]]
-    return _bar(groups, values, "tokens / s / device", "Throughput per device (95% bootstrap CI)",
-                out / "throughput.png", errors=errors)
+    below = [max(v - lo, 0) if v is not None and lo is not None else 0 for v, (lo, _) in zip(values, lo_hi)]
+    above = [max(hi - v, 0) if v is not None and hi is not None else 0 for v, (_, hi) in zip(values, lo_hi)]
+    return _bar(groups, values, "tokens / s / device", "Throughput per device (95% CI; within-run for single repeats)",
+                out / "throughput.png", errors=[below, above])
 
 
 def step_times(groups: list[Group], out: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4.5))
-    data = [[s["step_time_s"] for s in g.measured()] for g in groups]
+    data = [[s["step_time_s"] for s in g.measured()] or [float("nan")] for g in groups]
     box = ax.boxplot(data, patch_artist=True)
     for patch, g in zip(box["boxes"], groups):
         patch.set_facecolor(COLOURS.get(g.platform, "#1f77b4"))

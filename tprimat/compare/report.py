@@ -43,7 +43,8 @@ def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
     lines = ["## Summary", ""]
     lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in found]
     if not found:
-        lines.append("- no pair of groups shares a model and methodology: nothing to compare head to head")
+        lines.append("- no two groups differ in exactly one axis (platform, device, framework, precision, layout, "
+                     "model, methodology): nothing to compare head to head")
     return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in g.flags]
 
 
@@ -62,9 +63,10 @@ def configuration_table(groups: list[Group]) -> list[str]:
     rows = []
     for g in groups:
         tr = g.spec["training"]
-        rows.append([g.label, g.methodology, layout_of(g.first), tr["precision"], str(tr["global_batch_size"]),
-                     str(tr["micro_batch_size"]), str(tr["seq_length"]), f"{tr['optimizer']['lr']:g}",
-                     tr["activation_checkpointing"], _audit(g)])
+        rows.append([g.label, g.methodology, layout_of(g.first)] + [
+            fmt(v) for v in (tr.get("precision"), tr.get("global_batch_size"), tr.get("micro_batch_size"),
+                             tr.get("seq_length"), (tr.get("optimizer") or {}).get("lr"),
+                             tr.get("activation_checkpointing"))] + [_audit(g)])
     return _md_table(["group", "methodology", "layout", "precision", "GBS", "MBS", "seq", "lr", "recompute",
                       "audit"], rows)
 
@@ -93,18 +95,26 @@ def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
     return ["## Methodology", "",
             f"- Warm-up: the first {', '.join(map(str, warmups))} step(s) of every repeat are recorded but never "
             "enter any average.",
-            f"- Repeats: {sum(g.metrics['repeats'] for g in groups)} repeat(s) over {len(groups)} group(s); a group's "
-            f"throughput is the {aggregate} over repeats of total tokens / total time (rates are never averaged "
-            "arithmetically).",
-            "- Confidence intervals: 95% percentile bootstrap (2,000 resamples) over measured steps; a speedup "
-            "whose interval contains 1 is reported as not significant.",
+            f"- Repeats: {sum(g.metrics['repeats'] for g in groups)} repeat(s) over {len(groups)} group(s). The "
+            "repeat is the unit of replication: each repeat's rate is total tokens / total time of its own measured "
+            f"steps, and a group's throughput is the {aggregate} of its repeat rates"
+            + (" (some repeats share one process: benchmark.repeats > 1 in one run)"
+               if any(g.metrics.get("repeats_share_process") for g in groups) else "") + ".",
+            "- Intervals: with two or more repeats, 95% over repeats (order statistics for the median, with the "
+            "achieved coverage where fewer repeats allow less; bootstrap over repeats otherwise); a speedup whose "
+            "interval contains 1 is not significant. With one repeat the interval is within-run (moving-block "
+            "bootstrap over steps) and no significance verdict is drawn. Figures marked (reported) were printed by "
+            "the framework and carry no interval.",
             f"- FLOPs convention(s): {', '.join(conventions)} (Megatron-LM model FLOPs, causal attention halved, "
             "recompute not counted).",
             "- MFU: against the dense spec-sheet peak for the training precision (none under fp8 or for unknown "
             "devices); a second MFU against a measured matmul ceiling when `tprimat preflight` results are given.",
             "- Energy: measured from telemetry when the result carries it, else TDP x devices x time, labelled "
             "ESTIMATE.",
-            "- Physical check: a TFLOP/s per device above the device's dense peak is flagged IMPOSSIBLE."]
+            "- Flags: IMPOSSIBLE (TFLOP/s per device above the device's dense peak, or on CPU / unknown devices "
+            "above the measured ceiling or the fastest device in the table), INCONSISTENT (a summary that "
+            "disagrees with its own steps), inconsistent repeats (rates further apart than their within-run "
+            "spread explains), not steady (step time drifting across the window)."]
 
 
 def write_report(groups, found, skipped, plots, out: Path, aggregate: str) -> Path:

@@ -1,5 +1,11 @@
-"""The comparisons that matter: platform vs platform (same model and methodology) and framework vs
-framework (same model, device and methodology), each a throughput ratio with a 95% bootstrap CI.
+"""Speedups between any two groups that differ in exactly one axis (platform, device, framework, precision,
+layout, model, methodology; ``--by AXIS`` keeps one axis), each a per-device throughput ratio with an
+interval about that ratio:
+
+- both sides with two or more repeats: a bootstrap over repeats; a significance verdict is drawn;
+- otherwise, when both sides have measured steps: within-run (block bootstrap over steps), labelled so, and
+  no significance verdict;
+- figures printed by a framework only (ingested logs): the ratio of the reported figures, no interval.
 
 identical_config comparisons are refused when the two sides did not run the same settings (their specs
 differ beyond the platform, or a fairness audit failed): such a ratio would measure the settings, not the
@@ -16,11 +22,13 @@ from tprimat.compare import stats
 from tprimat.compare.groups import Group
 
 SAME_UNDER_IDENTICAL = ("model", "training", "parallelism")
+AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology")
+TUNED_WITH_PLATFORM = {"platform", "device", "layout", "precision"}
 
 
 @dataclass
 class Speedup:
-    kind: str  # platform | framework
+    kind: str  # the axis the two groups differ in
     baseline: Group
     other: Group
     point: Optional[float] = None
@@ -28,22 +36,30 @@ class Speedup:
     hi: Optional[float] = None
     refused: Optional[str] = None
     notes: list[str] = field(default_factory=list)
+    interval: str = "between repeats"  # between repeats | within-run | none
 
     @property
-    def significant(self) -> bool:
-        return self.lo is not None and stats.significant(self.lo, self.hi)
+    def significant(self) -> Optional[bool]:
+        """None where no verdict may be drawn (single repeats, reported figures)."""
+        if self.refused or self.lo is None or self.interval != "between repeats":
+            return None
+        return stats.significant(self.lo, self.hi)
 
     def wording(self) -> str:
         if self.refused:
             return f"refused: {self.refused}"
+        if self.lo is None:
+            return f"{self.point:.3f}x (reported figures: no interval, no significance verdict)"
+        if self.significant is None:
+            return (f"{self.point:.3f}x [within-run 95% CI {self.lo:.3f}-{self.hi:.3f}] (single repeat: no "
+                    "significance verdict; run benchmark.repeats>=2 or several runs)")
         verdict = "" if self.significant else " (not significant: the interval contains 1)"
-        return f"{self.point:.3f}x [95% CI {self.lo:.3f}-{self.hi:.3f}]{verdict}"
+        return f"{self.point:.3f}x [95% CI over repeats {self.lo:.3f}-{self.hi:.3f}]{verdict}"
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "baseline": self.baseline.label, "other": self.other.label,
-                "speedup": self.point, "ci_low": self.lo, "ci_high": self.hi,
-                "significant": self.significant if not self.refused else None, "refused": self.refused,
-                "notes": self.notes}
+                "speedup": self.point, "ci_low": self.lo, "ci_high": self.hi, "interval": self.interval,
+                "significant": self.significant, "refused": self.refused, "notes": self.notes}
 
 
 def flatten(data, prefix=""):
@@ -82,10 +98,21 @@ def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
     result.refused = refusal(baseline, other)
     if result.refused:
         return result
-    result.point, result.lo, result.hi = stats.ratio_ci(baseline.samples(), other.samples())
-    # Per-device throughput: the two sides may use different numbers of devices.
-    scale = baseline.world_size / other.world_size
-    result.point, result.lo, result.hi = result.point * scale, result.lo * scale, result.hi * scale
+    if not baseline.metrics.get("tokens_per_s_per_device") or not other.metrics.get("tokens_per_s_per_device"):
+        result.refused = "a side has no throughput (its results state neither tokens per step nor a printed rate)"
+        return result
+    timed = all(r.tokens for g in (baseline, other) for r in g.repeats)
+    if timed and len(baseline.repeats) >= 2 and len(other.repeats) >= 2:
+        result.point, result.lo, result.hi = stats.ratio_ci_repeats(
+            [r.rate for r in baseline.repeats], [r.rate for r in other.repeats], baseline.aggregate)
+    elif timed:
+        result.interval = "within-run"
+        result.point, result.lo, result.hi = stats.ratio_ci(baseline.samples(), other.samples())
+    else:
+        result.interval = "none"
+        result.point = other.metrics["tokens_per_s_per_device"] / baseline.metrics["tokens_per_s_per_device"]
+        result.notes.append("from reported figures (" + ", ".join(sorted(set(baseline.metrics["provenance"])
+                                                                         | set(other.metrics["provenance"]))) + ")")
     if baseline.metrics.get("flops_convention") != other.metrics.get("flops_convention"):
         result.notes.append("FLOPs conventions differ: compare TFLOP/s with care (tokens/s is unaffected)")
     for group in (baseline, other):
@@ -93,13 +120,24 @@ def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
     return result
 
 
-def speedups(groups: list[Group]) -> list[Speedup]:
+def axis_between(a: Group, b: Group) -> Optional[str]:
+    """The one axis two groups differ in (platform when the platform and its device both differ), else None."""
+    axes_a, axes_b = a.axes(), b.axes()
+    differ = [k for k in AXES if axes_a[k] != axes_b[k]]
+    hardware = [k for k in differ if k in ("platform", "device")]
+    if hardware and set(differ) <= {"platform", "device"}:
+        return hardware[0]  # a device belongs to its platform: one axis
+    if hardware and axes_a["methodology"] == "maximum_performance" and set(differ) <= TUNED_WITH_PLATFORM:
+        return hardware[0]  # each platform its best settings: layout and precision follow the platform
+    return differ[0] if len(differ) == 1 else None
+
+
+def speedups(groups: list[Group], by: Optional[str] = None) -> list[Speedup]:
+    if by is not None and by not in AXES:
+        raise ValueError(f"--by {by}: must be one of {', '.join(AXES)}")
     found = []
     for a, b in combinations(groups, 2):
-        if a.model != b.model or a.methodology != b.methodology:
-            continue
-        if a.device != b.device:
-            found.append(compare_pair("platform", a, b))
-        elif a.framework != b.framework:
-            found.append(compare_pair("framework", a, b))
+        axis = axis_between(a, b)
+        if axis is not None and (by is None or axis == by):
+            found.append(compare_pair(axis, a, b))
     return found

@@ -1,18 +1,41 @@
-"""Statistics for benchmark samples: robust centre and spread, correct rate averaging, bootstrap CIs.
+"""Statistics for benchmark samples: robust centre and spread, correct rate averaging, intervals that are
+about the estimator they accompany.
 
-Rates are never averaged arithmetically: a throughput over several steps is total tokens over total time
-(equivalently the harmonic mean of per-step rates for equal work). Across repeats the aggregate is a
-choice: median (default) or MLPerf's olympic mean (drop the fastest and slowest, average the rest).
+The unit of replication is the repeat (a fresh measurement). With two or more repeats a group's throughput
+is an aggregate of its repeat rates (median by default; MLPerf's olympic mean; mean) and its interval is
+about that aggregate: distribution-free order statistics for the median (coverage stated: with few repeats it
+is below 95%), a bootstrap over repeats otherwise. With a single repeat the estimate is that repeat's total
+tokens over total time and the interval is within-run: a moving-block bootstrap over its steps (blocks keep
+the steps' autocorrelation); no significance verdict is drawn from it. Every interval contains its estimate.
+
+Rates are never averaged arithmetically within a run: a throughput over several steps is total tokens over
+total time (equivalently the harmonic mean of per-step rates for equal work).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 AGGREGATES = ("median", "olympic", "mean")
+LEVEL = 0.95
+N_BOOT = 2000
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: float
+    hi: float
+    kind: str  # "between repeats" | "within-run" | "none"
+    coverage: Optional[float] = None  # achieved coverage where it differs from the nominal level
+
+    @property
+    def claims_significance(self) -> bool:
+        return self.kind == "between repeats"
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float]:
@@ -37,35 +60,82 @@ def aggregate(values: Sequence[float], how: str) -> float:
     raise ValueError(f"--aggregate {how}: must be one of {', '.join(AGGREGATES)}")
 
 
-def throughput(tokens: np.ndarray, seconds: np.ndarray) -> float:
-    return float(tokens.sum() / seconds.sum())
+def contain(point: float, lo: float, hi: float) -> tuple[float, float]:
+    """An interval widened, if ever needed, to contain its own estimate."""
+    return min(lo, point), max(hi, point)
 
 
-def bootstrap_ci(tokens: Sequence[float], seconds: Sequence[float], n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of total-tokens-over-total-time, resampling measured steps."""
-    t, s = np.asarray(tokens, dtype=float), np.asarray(seconds, dtype=float)
+def median_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """Distribution-free CI of the median from order statistics: (lo, hi, achieved coverage)."""
+    x = sorted(values)
+    n = len(x)
+    best = (x[0], x[-1], 1 - 2 * 0.5 ** n)
+    for k in range(1, n // 2 + 1):  # [x_(k), x_(n-k+1)] covers with 1 - 2 P(Binomial(n, 1/2) < k)
+        tail = sum(math.comb(n, i) for i in range(k)) / 2 ** n
+        if 1 - 2 * tail < level:
+            break
+        best = (x[k - 1], x[n - k], 1 - 2 * tail)
+    return best
+
+
+def repeats_ci(values: Sequence[float], how: str, seed: int = 0) -> Interval:
+    point = aggregate(values, how)
+    if how == "median":
+        lo, hi, coverage = median_ci(values)
+        return Interval(lo, hi, "between repeats", coverage)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(t), size=(n_boot, len(t)))
+    v = np.asarray(values, dtype=float)
+    boots = [aggregate(list(v[rng.integers(0, len(v), len(v))]), how) for _ in range(N_BOOT)]
+    lo, hi = np.percentile(boots, [(1 - LEVEL) / 2 * 100, (1 + LEVEL) / 2 * 100])
+    return Interval(*contain(point, float(lo), float(hi)), "between repeats")
+
+
+def block_indices(n: int, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """Moving-block bootstrap indices (block length about n^(1/3)), n_boot resamples of n steps."""
+    block = max(1, round(n ** (1 / 3)))
+    starts = rng.integers(0, n - block + 1, size=(n_boot, math.ceil(n / block)))
+    return (starts[:, :, None] + np.arange(block)).reshape(n_boot, -1)[:, :n]
+
+
+def within_run_ci(tokens: Sequence[float], seconds: Sequence[float], seed: int = 0) -> Interval:
+    t, s = np.asarray(tokens, dtype=float), np.asarray(seconds, dtype=float)
+    point = float(t.sum() / s.sum())
+    idx = block_indices(len(t), np.random.default_rng(seed), N_BOOT)
     rates = t[idx].sum(axis=1) / s[idx].sum(axis=1)
-    lo, hi = np.percentile(rates, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
+    lo, hi = np.percentile(rates, [(1 - LEVEL) / 2 * 100, (1 + LEVEL) / 2 * 100])
+    return Interval(*contain(point, float(lo), float(hi)), "within-run")
+
+
+def bootstrap_ci(tokens: Sequence[float], seconds: Sequence[float], n_boot: int = N_BOOT, level: float = LEVEL,
+                 seed: int = 0) -> tuple[float, float]:
+    """Block-bootstrap CI of total tokens over total time (kept for callers that want a plain pair)."""
+    interval = within_run_ci(tokens, seconds, seed)
+    return interval.lo, interval.hi
 
 
 def ratio_ci(a: tuple[Sequence[float], Sequence[float]], b: tuple[Sequence[float], Sequence[float]],
-             n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """Speedup of B over A (rate_B / rate_A) with a bootstrap CI, each side's steps resampled independently."""
+             n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> tuple[float, float, float]:
+    """Speedup of B over A (rate_B / rate_A), within-run: each side's steps block-resampled independently."""
     rng = np.random.default_rng(seed)
     rates = []
     for tokens, seconds in (a, b):
         t, s = np.asarray(tokens, dtype=float), np.asarray(seconds, dtype=float)
-        idx = rng.integers(0, len(t), size=(n_boot, len(t)))
-        rates.append(t[idx].sum(axis=1) / s[idx].sum(axis=1))
-    ratios = rates[1] / rates[0]
-    point = throughput(np.asarray(b[0], float), np.asarray(b[1], float)) / throughput(
-        np.asarray(a[0], float), np.asarray(a[1], float))
-    lo, hi = np.percentile(ratios, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return point, float(lo), float(hi)
+        idx = block_indices(len(t), rng, n_boot)
+        rates.append((t[idx].sum(axis=1) / s[idx].sum(axis=1), t.sum() / s.sum()))
+    point = float(rates[1][1] / rates[0][1])
+    lo, hi = np.percentile(rates[1][0] / rates[0][0], [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return (point, *contain(point, float(lo), float(hi)))
+
+
+def ratio_ci_repeats(a: Sequence[float], b: Sequence[float], how: str, seed: int = 0) -> tuple[float, float, float]:
+    """Speedup of B over A from repeat rates: each side's repeats resampled, the aggregate's ratio."""
+    rng = np.random.default_rng(seed)
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    point = aggregate(list(vb), how) / aggregate(list(va), how)
+    boots = [aggregate(list(vb[rng.integers(0, len(vb), len(vb))]), how)
+             / aggregate(list(va[rng.integers(0, len(va), len(va))]), how) for _ in range(N_BOOT)]
+    lo, hi = np.percentile(boots, [(1 - LEVEL) / 2 * 100, (1 + LEVEL) / 2 * 100])
+    return (point, *contain(point, float(lo), float(hi)))
 
 
 def significant(lo: float, hi: float) -> bool:
@@ -83,5 +153,7 @@ def drift(step_times: Sequence[float]) -> float:
 
 
 def summarise_spread(values: Sequence[float], centre: Callable[[Sequence[float]], float] = statistics.median):
+    if not values:
+        return {"median": None, "q1": None, "q3": None, "iqr": None}
     q1, q3 = quartiles(values)
     return {"median": centre(values), "q1": q1, "q3": q3, "iqr": q3 - q1}

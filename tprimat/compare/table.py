@@ -15,8 +15,9 @@ COLUMNS = [  # (header, key in group_summary)
     ("tokens/s/device", "tokens_per_s_per_device"), ("step time s (median)", "step_time_s_median"),
     ("step time IQR s", "step_time_s_iqr"), ("TFLOP/s/device", "tflops_per_device"), ("MFU", "mfu"),
     ("peak mem GiB", "peak_memory_gib"), ("$ per 1T tokens", "usd_per_1t_tokens"),
-    ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"),
+    ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"), ("flags", "flags"),
 ]
+MARKS = {"reported": " (reported)", "computed": "", "measured": ""}
 
 
 def fmt(value, key: str = "") -> str:
@@ -33,13 +34,20 @@ def fmt(value, key: str = "") -> str:
 
 def cell(group: Group, key: str) -> str:
     s = group_summary(group)
+    if key == "flags":
+        return "; ".join(flag.split(":")[0] for flag in group.flags) or "-"
     text = fmt(s[key], key)
     if key == "tokens_per_s_per_device":
         lo, hi = group.metrics["tokens_per_s_per_device_ci"]
-        text += f" [{fmt(lo)}-{fmt(hi)}]"
+        if lo is not None:
+            kind = "" if group.metrics["ci_kind"] == "between repeats" else " within-run"
+            text += f" [{fmt(lo)}-{fmt(hi)}{kind}]"
+        text += "".join(MARKS.get(p, "") for p in group.metrics["provenance"][:1])
+    if key == "tflops_per_device" and s[key] is not None:
+        text += MARKS.get(group.metrics.get("tflops_provenance") or "", "")
     if key == "energy_kwh_per_1m_tokens" and group.metrics.get("energy_is_estimate") and s[key] is not None:
         text += " (est.)"
-    if key == "tflops_per_device" and group.flags and any(f.startswith("IMPOSSIBLE") for f in group.flags):
+    if key == "tflops_per_device" and any(f.startswith("IMPOSSIBLE") for f in group.flags):
         text += " IMPOSSIBLE"
     return text
 
@@ -48,8 +56,9 @@ def print_console(groups: list[Group], found: list[Speedup], skipped: list, cons
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=200)
-    table = Table(title="tprimat compare: measured steps only (warm-up excluded); [..] = 95% bootstrap CI")
+    console = console or Console(width=260)
+    table = Table(title="tprimat compare: measured steps only (warm-up excluded); [..] = 95% CI over repeats "
+                  "(within-run: one repeat, block bootstrap over steps); (reported): printed by the framework")
     for header, _ in COLUMNS:
         table.add_column(header, overflow="fold")
     for group in groups:

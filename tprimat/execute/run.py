@@ -224,9 +224,16 @@ def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):
 
 def _log_step(spec: TprimatConf, record: StepRecord) -> None:
     if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
-        log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s | %.0f tokens/s%s",
-                 record.repeat, record.step, spec.training.max_steps, record.loss, record.lr, record.grad_norm,
-                 record.step_time_s, record.tokens / record.step_time_s, " (warm-up)" if record.warmup else "")
+        rate = record.tokens / record.step_time_s if record.tokens and record.step_time_s else None
+        log.info("repeat %d step %d/%d | loss %s | lr %s | grad_norm %s | step_time %s s | %s tokens/s%s",
+                 record.repeat, record.step, spec.training.max_steps, _shown(record.loss, ".4f"),
+                 _shown(record.lr, ".3e"), _shown(record.grad_norm, ".3f"), _shown(record.step_time_s, ".3f"),
+                 _shown(rate, ".0f"), " (warm-up)" if record.warmup else "")
+
+
+def _shown(value: Optional[float], spec: str) -> str:
+    """A figure for the console; ``n/a`` where the framework printed none (never a made-up zero)."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict], plan: Optional[dict] = None,

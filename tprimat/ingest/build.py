@@ -1,30 +1,31 @@
-"""Parsed steps + what the user says about the run -> a tprimat result (same schema, same metrics code)."""
+"""Parsed steps + stated facts -> a tprimat result (same schema, same metrics code as a live run).
+
+Nothing is filled in from defaults: the spec holds what the log, a system description or the user states
+(``tprimat.ingest.stated``), and every figure is computed only from stated facts, else taken as the
+framework printed it (marked ``reported``), else null.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from tprimat.logs.clean import clean_lines
-from tprimat.logs.parsers import PARSERS, detect, failure_excerpt, hf_final_summary
+from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
+from tprimat.ingest.stated import Stated
+from tprimat.logs.parsers import Parsed, detect, parse_lines
 from tprimat.results.metrics import summarize
-from tprimat.results.records import StepRecord
+from tprimat.results.records import StepRecord, record_from_step
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
-from tprimat.spec.build import build_spec, spec_to_dict
-from tprimat.spec.detect import DetectedHardware
-from tprimat.spec.plan import make_plan
-from tprimat.spec.schema import TprimatConf
 
 FRAMEWORK_OF = {"megatron": "megatron", "primus": "primus", "nemo": "nemo", "torchtitan": "torchtitan",
-                "deepspeed": "deepspeed", "hf": "transformers"}
-# What each framework's printed TFLOP/s counts (FACTS.md section 1); inferred per run when the numbers allow.
-REPORTED_CONVENTIONS = {"megatron": (flops.MEGATRON, flops.MEGATRON_LEGACY), "primus": (flops.MEGATRON, flops.MEGATRON_LEGACY),
-                        "nemo": (flops.MEGATRON, flops.MEGATRON_LEGACY), "torchtitan": (flops.TORCHTITAN,)}
-NO_HARDWARE = DetectedHardware("none", "ingested log: no live hardware", 0, 0.0, None)
+                "deepspeed": "deepspeed", "hf": "transformers", "mlperf": "mlperf"}
+NO_WARMUP_FORMATS = ("mlperf",)  # MLPerf blocks start after the benchmark's own initialisation
+AGREEMENT = 0.02  # computed and reported figures further apart than this get a warning
 
 
 @dataclass
@@ -32,105 +33,98 @@ class Meta:
     """What a log does not say, from the command line, and how the entry point composes a config."""
 
     compose: Callable[[list[str]], dict]  # overrides -> plain config (tprimat.compose.compose)
-    overrides: list[str] = field(default_factory=list)  # Hydra-style: model=llama platform=amd ...
+    overrides: list[str] = field(default_factory=list)  # Hydra-style: model=llama platform.gpu=h100 ...
     warmup_steps: Optional[int] = None
+    system: Optional[dict] = None  # a system description (MLPerf systems JSON)
 
 
-@dataclass
-class Parsed:
-    format: str
-    steps: list[dict]
-    error: Optional[str]
-    final: Optional[dict] = None
+def stated_spec(parsed: Parsed, meta: Meta, framework: str) -> Stated:
+    st = Stated(meta.compose([]), meta.compose)
+    st.set("framework.name", framework, f"log format {parsed.format}")
+    st.log_facts(parsed.facts)
+    st.system(meta.system)
+    st.overrides(meta.overrides)
+    resolve(st)
+    warmup = meta.warmup_steps if meta.warmup_steps is not None else (
+        0 if parsed.format in NO_WARMUP_FORMATS else st.spec["benchmark"]["warmup_steps"])
+    st.spec["benchmark"]["warmup_steps"] = warmup
+    return st
 
 
-def parse_text(raw: str, fmt: str = "auto") -> Parsed:
-    lines = clean_lines(raw)
-    chosen = detect(raw) if fmt == "auto" else fmt
-    steps = PARSERS[chosen](lines) if chosen in PARSERS else []
-    excerpt = failure_excerpt(lines)
-    error = None
-    if not steps:
-        error = excerpt or ("no training step found" + ("" if chosen else " (format not recognised)"))
-    elif excerpt:
-        error = excerpt
-    final = hf_final_summary(lines) if chosen == "hf" else None
-    return Parsed(chosen or "unknown", steps, error, final)
-
-
-def base_spec(meta: Meta, framework: str) -> TprimatConf:
-    config = meta.compose([f"framework.name={framework}", "logging.wandb.mode=disabled", "platform=cpu",
-                           *meta.overrides])
-    if meta.warmup_steps is not None:
-        config["benchmark"]["warmup_steps"] = meta.warmup_steps
-    return build_spec(config)
-
-
-def to_records(steps: list[dict], spec: TprimatConf, warnings: list[str]) -> list[StepRecord]:
-    warmup = min(spec.benchmark.warmup_steps, max(len(steps) - 1, 0))
-    if warmup < spec.benchmark.warmup_steps:
-        warnings.append(f"only {len(steps)} steps: {warmup} of benchmark.warmup_steps="
-                        f"{spec.benchmark.warmup_steps} excluded as warm-up")
-    records = []
+def to_records(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str]) -> list[StepRecord]:
+    wanted = spec["benchmark"]["warmup_steps"]
+    warmup = min(wanted, max(len(steps) - 1, 0))
+    if warmup < wanted:
+        warnings.append(f"only {len(steps)} steps: {warmup} of benchmark.warmup_steps={wanted} excluded as warm-up")
+    records, previous = [], None
+    gbs, seq = spec["training"]["global_batch_size"], spec["training"]["seq_length"]
     for i, s in enumerate(steps):
-        reported = dict(s.get("reported") or {})
-        time_s = s.get("step_time_s")
-        if time_s is not None and time_s <= 0:  # timer artefacts happen (NeMo around async checkpoints)
-            reported["step_time_s_printed"] = time_s
-            warnings.append(f"step {s['step']}: printed step time {time_s} s is not positive; ignored")
-            time_s = None
-        gbs = reported.get("global_batch_size") or spec.training.global_batch_size
-        records.append(StepRecord(step=int(s["step"]), step_time_s=time_s, tokens=int(gbs * spec.training.seq_length),
-                                  loss=s.get("loss"), lr=s.get("lr"), grad_norm=s.get("grad_norm"),
-                                  memory_gib=s.get("memory_gib"), peak_memory_gib=s.get("peak_memory_gib"),
-                                  warmup=i < warmup, reported=reported))
+        records.append(record_from_step(s, gbs, seq, world, previous, i < warmup, warnings))
+        previous = s
     return records
 
 
-def infer_convention(fmt: str, records: list[StepRecord], spec: TprimatConf, world: int) -> dict:
+def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Optional[int]) -> dict:
     """Which FLOPs convention the framework's own TFLOP/s used: the candidate that reproduces it within 2%."""
     pairs = [(r.reported.get("tflops_per_gpu"), r.step_time_s, r.tokens) for r in records if not r.warmup]
     pairs = [(t, s, n) for t, s, n in pairs if t and s and n]
     if not pairs:
         return {"reported_tflops_per_device": None, "reported_flops_convention": None}
     reported = statistics.median(t for t, _, _ in pairs)
-    convention = "unknown (does not match a known convention with the given model and batch)"
-    for candidate in REPORTED_CONVENTIONS.get(fmt, ()):
-        per_token = flops.flops_per_token(spec.model, spec.training.seq_length, candidate)
-        predicted = statistics.median(per_token * n / (s * 1e12 * world) for _, s, n in pairs)
-        if abs(predicted / reported - 1) < 0.02:
-            convention = candidate
-            break
+    model, seq = model_conf(st), st.spec["training"]["seq_length"]
+    convention = "unknown (the model, sequence length or world size is not stated)"
+    if model and seq and world:
+        convention = "unknown (does not match a known convention with the stated model and batch)"
+        for candidate in CANDIDATES.get(fmt, ()):
+            per_token = flops.flops_per_token(model, seq, candidate)
+            predicted = statistics.median(per_token * n / (s * 1e12 * world) for _, s, n in pairs)
+            if abs(predicted / reported - 1) < AGREEMENT:
+                convention = candidate
+                break
     return {"reported_tflops_per_device": reported, "reported_flops_convention": convention}
 
 
-def ingest_text(raw: str, name: str, meta: Meta, fmt: str = "auto") -> dict:
-    return _result(parse_text(raw, fmt), name, meta, hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest())
+def disagreements(summary: dict) -> list[str]:
+    """A computed headline figure that disagrees with the framework's own by more than 2%, with likely causes."""
+    out = []
+    for ours, theirs, cause in (("tokens_per_s_per_device", "tokens_per_s_per_gpu", "world size or tokens per step"),
+                                ("tflops_per_device", "tflops_per_gpu", "FLOPs convention, model or world size")):
+        mine, printed = summary.get(ours), summary["reported"].get(theirs)
+        if summary["provenance"].get(ours) == "computed" or summary["provenance"].get(ours) == "measured":
+            if mine and printed and abs(mine / printed - 1) > AGREEMENT:
+                out.append(f"{ours}: computed {mine:,.4g} but the framework printed {printed:,.4g} "
+                           f"({mine / printed - 1:+.1%}); likely cause: {cause}")
+    return out
 
 
-def _result(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
+def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     framework = FRAMEWORK_OF.get(parsed.format, "unknown")
-    spec = base_spec(meta, framework if framework != "unknown" else "native")
-    if framework == "unknown" and not any(o.startswith("framework.name=") for o in meta.overrides):
-        spec = build_spec({**spec_to_dict(spec), "framework": {**spec_to_dict(spec.framework), "name": "unknown"}})
-    warnings: list[str] = []
-    records = to_records(parsed.steps, spec, warnings)
-    plan = replace(make_plan(spec, NO_HARDWARE), backend=framework,
-                   backend_description=f"ingested {parsed.format} log {name}")
-    summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
+    st = stated_spec(parsed, meta, framework)
+    world = world_size(st)
+    records = to_records(parsed.steps, st.spec, world, st.warnings)
+    plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
+    summary = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], timing="reported")
     if summary is not None:
-        summary.update(infer_convention(parsed.format, records, spec, plan.world_size))
+        summary.update(infer_convention(parsed.format, records, st, plan["world_size"]))
+        st.warnings.extend(disagreements(summary))
     status = "failed" if parsed.error else "ok"
-    if status == "ok" and summary is None:
-        warnings.append("no step has both a step time and a token count: throughput not computed "
-                        "(pass training.seq_length / training.global_batch_size, or the log has no step times)")
-    result = make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=spec_to_dict(spec),
-                         plan=plan.as_dict(), environment=None, steps=[r.as_dict() for r in records],
-                         summary=summary, warnings=warnings, framework={"name": framework, "version": None},
-                         overrides=meta.overrides,
-                         source={"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
-                                 "final_summary": parsed.final})
-    return result
+    if status == "ok" and (summary is None or summary["tokens_per_s_per_device"] is None):
+        st.warnings.append("no throughput: the log and the overrides do not state the tokens per step and the "
+                           "world size (pass training.seq_length, training.global_batch_size, --devices or --system)")
+    source = {"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
+              "stated": dict(sorted(st.where.items())), "facts": {k: v for k, v in st.facts.items()}, **parsed.extra}
+    return make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=st.spec, plan=plan,
+                       environment=None, steps=[r.as_dict() for r in records], summary=summary, warnings=st.warnings,
+                       framework={"name": framework, "version": None}, overrides=meta.overrides, source=source)
+
+
+def ingest_text(raw: str, name: str, meta: Meta, fmt: str = "auto") -> dict:
+    parsed = parse_lines(raw.splitlines(), detect(raw) if fmt == "auto" else fmt)
+    return ingest_parsed(parsed, name, meta, hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest())
+
+
+def read_system(path: Optional[str]) -> Optional[dict]:
+    return json.loads(Path(path).read_text()) if path else None
 
 
 def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
@@ -149,7 +143,7 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
 def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:
     error = None if steps else f"no training scalars found in {path.name}"
     parsed = Parsed(fmt, steps, error)
-    return _result(parsed, path.name, meta, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return ingest_parsed(parsed, path.name, meta, hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
 
 def find_runs(paths: list[str]) -> list[Path]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tprimat.ingest.build import Meta, find_runs, ingest_file
+from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
 from tprimat.results.result import write_result
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
              "micro-batch-size": "training.micro_batch_size", "precision": "training.precision",
              "methodology": "methodology"}
-FORMATS = ("auto", "megatron", "primus", "nemo", "torchtitan", "deepspeed", "hf", "tensorboard", "wandb")
+FORMATS = ("auto", "megatron", "primus", "nemo", "torchtitan", "deepspeed", "hf", "mlperf", "tensorboard", "wandb")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=["nvidia", "amd", "cpu"])
     parser.add_argument("--gpu", help="device key (h100, mi300x, ...)")
     parser.add_argument("--devices", type=int, help="total devices (world size) of the run")
+    parser.add_argument("--system", help="system description JSON (MLPerf systems/<system>.json): nodes, GPUs per node, GPU")
     parser.add_argument("--warmup-steps", type=int, help="steps excluded from statistics (default: the config's)")
     for flag, key in FLAG_KEYS.items():
         parser.add_argument(f"--{flag}", help=f"sets {key}")
@@ -39,12 +40,12 @@ def meta_from(args: argparse.Namespace, compose) -> Meta:
     if args.gpu:
         overrides.append(f"platform.gpu={args.gpu}")
     if args.devices:
-        overrides.append(f"platform.devices_per_node={args.devices}")
+        overrides.append(f"world_size={args.devices}")
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag.replace("-", "_"))
         if value is not None:
             overrides.append(f"{key}={value}")
-    return Meta(compose, overrides + list(args.set), args.warmup_steps)
+    return Meta(compose, overrides + list(args.set), args.warmup_steps, read_system(args.system))
 
 
 def run(args: argparse.Namespace, compose) -> int:

@@ -22,3 +22,43 @@ class StepRecord:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def tokens_of(step: dict, gbs: Optional[int], seq: Optional[int], previous: Optional[dict]) -> Optional[int]:
+    """Tokens of one parsed step: the printed (else stated) batch size x the stated (else printed) sequence
+    length, else an exact consumed-tokens delta; None when nothing states it."""
+    reported = step.get("reported") or {}
+    gbs = reported.get("global_batch_size") or gbs
+    seq = seq or reported.get("actual_seqlen")
+    if gbs and seq:
+        return int(gbs * seq)
+    now, before = reported.get("consumed_tokens"), ((previous or {}).get("reported") or {}).get("consumed_tokens")
+    if now is not None and before is not None and step["step"] > previous["step"] and now > before:
+        return int((now - before) / (step["step"] - previous["step"]))
+    return None
+
+
+def step_time_of(step: dict, tokens: Optional[int], world: Optional[int], warnings: list[str]) -> Optional[float]:
+    """The printed step time; derived from printed tokens/s/device where no time is printed (torchtitan)."""
+    reported = step["reported"]
+    time_s = step.get("step_time_s")
+    if time_s is not None and time_s <= 0:  # timer artefacts happen (NeMo around async checkpoints)
+        reported["step_time_s_printed"] = time_s
+        warnings.append(f"step {step['step']}: printed step time {time_s} s is not positive; ignored")
+        return None
+    tps = reported.get("tokens_per_s_per_gpu")
+    if time_s is None and tps and tokens and world:
+        reported["step_time_s_from"] = "tokens per step / (printed tokens/s/device x world size)"
+        return tokens / (tps * world)
+    return time_s
+
+
+def record_from_step(step: dict, gbs: Optional[int], seq: Optional[int], world: Optional[int],
+                     previous: Optional[dict], warmup: bool, warnings: list[str]) -> StepRecord:
+    """A parsed log step (``tprimat.logs``) as a step record: the one conversion ingest and live backends share."""
+    step["reported"] = dict(step.get("reported") or {})
+    tokens = tokens_of(step, gbs, seq, previous)
+    return StepRecord(step=int(step["step"]), step_time_s=step_time_of(step, tokens, world, warnings), tokens=tokens,
+                      loss=step.get("loss"), lr=step.get("lr"), grad_norm=step.get("grad_norm"),
+                      memory_gib=step.get("memory_gib"), peak_memory_gib=step.get("peak_memory_gib"),
+                      warmup=warmup, reported=step["reported"])

@@ -2,6 +2,8 @@
 
 Schema changelog:
 - 1.0: first version (status, spec, plan, environment, steps, summary, warnings).
+- 1.1: summary.provenance and summary.reported; null allowed for plan and summary figures that the evidence
+  of an ingested log does not support (never a default in their place).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 STATUSES = ("ok", "failed", "invalid", "dry_run")
 RESULT_FILE = "result.json"
 

@@ -17,9 +17,8 @@ from typing import Optional
 
 from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.external.audit import audit, describe_failures
-from tprimat.logs.clean import clean_line
 from tprimat.logs.parsers import PARSERS
-from tprimat.results.records import StepRecord
+from tprimat.results.records import record_from_step
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -126,7 +125,8 @@ class ExternalBackend(Backend):
 
     def _stream(self, launch: Launch, spec: TprimatConf, plan: Plan, log_path: Path, on_step: StepSink) -> int:
         """Start the command in its own session, tee its output to ``log_path`` while parsing steps; its exit code."""
-        self._steps: list[dict] = []
+        live = LiveSteps(self.log_format, spec, plan.world_size, on_step)
+        self._steps = live.steps
         proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env={**os.environ, **launch.env}, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace",
                                 start_new_session=True)
@@ -136,24 +136,39 @@ class ExternalBackend(Backend):
             with open(log_path, "w") as log:
                 for line in proc.stdout:
                     log.write(line)
-                    self._step_from(line, spec, plan, self._steps, on_step)
+                    live.line(line)
             return proc.wait()
         finally:
+            live.close()
             timer.cancel()
             _kill_group(proc)
 
-    def _step_from(self, line: str, spec: TprimatConf, plan: Plan, steps: list[dict], on_step: StepSink) -> None:
-        for step in PARSERS[self.log_format]([clean_line(line)]):
-            if any(s["step"] == step["step"] for s in steps):
-                continue  # printed by several ranks
-            steps.append(step)
-            reported = step.get("reported") or {}
-            gbs = reported.get("global_batch_size") or spec.training.global_batch_size
-            on_step(StepRecord(step=int(step["step"]), step_time_s=step.get("step_time_s") or None,
-                               tokens=int(gbs * spec.training.seq_length), loss=step.get("loss"), lr=step.get("lr"),
-                               grad_norm=step.get("grad_norm"), memory_gib=step.get("memory_gib"),
-                               peak_memory_gib=step.get("peak_memory_gib"),
-                               warmup=len(steps) <= spec.benchmark.warmup_steps, reported=reported))
+
+class LiveSteps:
+    """A framework's output, line by line, through the same stream parser ``tprimat ingest`` uses: each step
+    becomes a record as soon as the lines that complete it have been printed."""
+
+    def __init__(self, fmt: str, spec: TprimatConf, world_size: int, on_step: StepSink) -> None:
+        self.parser = PARSERS[fmt]()
+        self.spec, self.world_size, self.on_step = spec, world_size, on_step
+        self.steps: list[dict] = []
+        self.warnings: list[str] = []
+
+    def line(self, raw: str) -> None:
+        for step in self.parser.feed(raw):
+            self._emit(step)
+
+    def close(self) -> None:
+        for step in self.parser.finish():
+            self._emit(step)
+
+    def _emit(self, step: dict) -> None:
+        tr = self.spec.training
+        previous = self.steps[-1] if self.steps else None
+        self.steps.append(step)
+        warmup = len(self.steps) <= self.spec.benchmark.warmup_steps
+        self.on_step(record_from_step(step, tr.global_batch_size, tr.seq_length, self.world_size, previous, warmup,
+                                      self.warnings))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,173 @@
+"""Ingested results hold only stated facts, every headline figure says where it came from, and the live
+external path reads a log line by line into exactly the records ``tprimat ingest`` reads from the whole file.
+Expected values are hand computations from the fixture lines."""
+
+import json
+
+import pytest
+
+from tests.test_ingest import CORPUS_LOGS, DEEPSPEED, HF, MEGATRON, NEMO, PRIMUS, TITAN
+from tprimat.backends.external.base import LiveSteps
+from tprimat.compose import compose
+from tprimat.ingest.build import Meta, ingest_text
+from tprimat.logs.parsers import detect, parse_text
+from tprimat.results.result import validate_result
+from tprimat.spec.build import build_spec
+
+ESC = "\x1b"
+# Megatron-DeepSpeed: exact consumed tokens, actual seqlen, samples/s and its own TFLOPs field.
+MEGATRON_DS = "".join(
+    f" iteration {i:>8}/     100 | consumed samples: {512 * i:>12} | consumed tokens: {512 * 2048 * i:>12} | "
+    f"elapsed time per iteration (ms): {t:.1f} | learning rate: 1.000E-04 | global batch size:   512 | "
+    f"lm loss: 7.0{i}E+00 | loss scale: 65536.0 | actual seqlen:  2048 | number of skipped iterations:   0 | "
+    f"number of nan iterations:   0 | samples per second: {512 / t * 1000:.3f} | TFLOPs: {tf:.2f} |\n"
+    for i, t, tf in ((1, 4000.0, 150.0), (2, 2000.0, 300.0), (3, 2000.0, 300.0), (4, 2000.0, 300.0)))
+# Every rank prints the step; rank 0's values are the step's, every rank's time is kept.
+RANKED = "".join(f"[rank{r}]: iteration        5/      10 | elapsed time per iteration (ms): {1000 + r}.0 | "
+                 f"lm loss: {r + 1}.000000E+00 | global batch size:   8 |\n" for r in (2, 0, 1))
+ARGS_DUMP = """\
+------------------------ arguments ------------------------
+  global_batch_size ............................... 16
+  group_query_attention ........................... True
+  hidden_size ..................................... 4096
+  ffn_hidden_size ................................. 14336
+  num_attention_heads ............................. 32
+  num_layers ...................................... 32
+  num_query_groups ................................ 8
+  padded_vocab_size ............................... 128256
+  seq_length ...................................... 8192
+  swiglu .......................................... True
+  tensor_model_parallel_size ...................... 2
+  pipeline_model_parallel_size .................... 1
+  context_parallel_size ........................... 1
+  world_size ...................................... 8
+-------------------- end of arguments ---------------------
+"""
+MLPERF = "\n".join(":::MLLOG " + json.dumps(r) for r in [
+    {"key": "global_batch_size", "value": 32, "time_ms": 1, "metadata": {}},
+    {"key": "max_sequence_length", "value": 8192, "time_ms": 1, "metadata": {}},
+    {"key": "submission_benchmark", "value": "llama31_8b", "time_ms": 1, "metadata": {}},
+    {"key": "run_start", "value": None, "time_ms": 10, "metadata": {}},
+    {"key": "block_start", "value": None, "time_ms": 10, "metadata": {"samples_count": 0}},
+    {"key": "tracked_stats", "value": {"throughput": 30.0}, "time_ms": 20, "metadata": {"step": 12288}},
+    {"key": "block_stop", "value": None, "time_ms": 20, "metadata": {"samples_count": 12288}},
+    {"key": "block_start", "value": None, "time_ms": 30, "metadata": {"samples_count": 12288}},
+    {"key": "tracked_stats", "value": {"throughput": 32.0}, "time_ms": 40, "metadata": {"step": 24576}},
+    {"key": "block_stop", "value": None, "time_ms": 40, "metadata": {"samples_count": 24576}},
+    {"key": "eval_accuracy", "value": 3.25, "time_ms": 45, "metadata": {"samples_count": 24576}},
+    {"key": "run_stop", "value": None, "time_ms": 50, "metadata": {"status": "success"}}])
+SYSTEM = {"number_of_nodes": "1", "accelerators_per_node": "8", "accelerator_model_name": "AMD Instinct MI355X"}
+
+
+def test_a_log_that_states_nothing_gets_no_invented_figures():
+    result = ingest_text(MEGATRON, "m.log", Meta(compose, warmup_steps=0))
+    spec, plan, summary = result["spec"], result["plan"], result["summary"]
+    assert spec["model"]["name"] is None and spec["training"]["seq_length"] is None
+    assert plan["world_size"] is None and plan["flops_per_token"] is None and plan["tokens_per_step"] is None
+    assert summary["tokens_per_s_per_device"] is None and summary["tokens_per_s"] is None
+    assert summary["tflops_per_device"] == 300.5 and summary["provenance"]["tflops_per_device"] == "reported"
+    assert summary["provenance"]["step_time_s"] == "reported" and summary["step_time_s"]["median"] == 4.1005
+    assert result["source"]["stated"] == {"framework.name": "log format megatron"}
+    assert any("no throughput" in w for w in result["warnings"]) and validate_result(result) == []
+
+
+def test_megatron_arguments_dump_states_the_model_layout_and_batch():
+    text = ARGS_DUMP + MEGATRON.replace("global batch size:   256", "global batch size:    16")
+    result = ingest_text(text, "m.log", Meta(compose, warmup_steps=0))
+    spec, plan, summary = result["spec"], result["plan"], result["summary"]
+    assert spec["model"]["num_kv_heads"] == 8 and spec["model"]["vocab_size"] == 128256
+    assert (plan["world_size"], plan["tp"], plan["dp"], plan["tokens_per_step"]) == (8, 2, 4, 16 * 8192)
+    tokens_per_s = 3 * 16 * 8192 / (5.0 + 4.0 + 4.1005)
+    assert summary["tokens_per_s"] == pytest.approx(tokens_per_s) and summary["provenance"]["tokens_per_s"] == "computed"
+    # Llama 3.1 8B, Megatron convention (FACTS.md section 1), by hand:
+    dense = 4096 * 14336 * 3 * 32 + (4096 * (4096 + 2 * 1024) + 4096 * 4096) * 32 + 4096 * 128256
+    per_token = 6 * dense + 6 * 8192 * 4096 * 32
+    assert plan["flops_per_token"] == pytest.approx(per_token)
+    assert summary["tflops_per_device"] == pytest.approx(per_token * tokens_per_s / 8 / 1e12)
+    assert result["source"]["stated"]["training.seq_length"] == "log: arguments dump (seq_length)"
+    assert any(w.startswith("tflops_per_device: computed") for w in result["warnings"])  # 300.5 printed vs ours
+
+
+def test_user_overrides_are_stated_and_win_over_the_log():
+    meta = Meta(compose, ["training.seq_length=4096", "world_size=8"], warmup_steps=0)
+    result = ingest_text(MEGATRON, "m.log", meta)
+    assert result["spec"]["training"]["seq_length"] == 4096 and result["source"]["stated"]["world_size"] == "user (--devices)"
+    assert result["summary"]["tokens_per_s_per_device"] == pytest.approx(3 * 256 * 4096 / (5.0 + 4.0 + 4.1005) / 8)
+    assert result["spec"]["model"]["name"] is None and result["plan"]["flops_per_token"] is None
+
+
+def test_megatron_deepspeed_fields_and_exact_consumed_tokens():
+    assert detect(MEGATRON_DS) == "megatron"
+    result = ingest_text(MEGATRON_DS, "mds.log", Meta(compose, ["world_size=4"], warmup_steps=1))
+    steps = result["steps"]
+    assert steps[1]["reported"]["tflops_per_gpu"] == 300.0 and steps[1]["reported"]["samples_per_s"] == 256.0
+    assert steps[1]["reported"]["actual_seqlen"] == 2048 and steps[1]["tokens"] == 512 * 2048
+    assert result["summary"]["tokens_per_s_per_device"] == pytest.approx(512 * 2048 / 2.0 / 4)
+    assert result["summary"]["reported"]["tflops_per_gpu"] == 300.0
+
+
+def test_rank_zero_values_win_and_every_rank_time_is_kept():
+    [step] = parse_text(RANKED, "megatron").steps
+    assert step["loss"] == 1.0 and step["step_time_s"] == 1.0
+    assert step["reported"]["step_time_s_by_rank"] == {"2": 1.002, "0": 1.0, "1": 1.001}
+
+
+def test_mlperf_blocks_with_a_system_description():
+    result = ingest_text(MLPERF, "result_0.txt", Meta(compose, system=SYSTEM))
+    assert result["source"]["format"] == "mlperf" and [s["step"] for s in result["steps"]] == [384, 768]
+    assert result["spec"]["model"]["name"] == "llama" and result["spec"]["platform"]["gpu"] == "mi355x"
+    assert result["plan"]["world_size"] == 8 and result["source"]["final_eval_accuracy"] == 3.25
+    # 32 sequences / (32 / 30 s) and / (32 / 32 s): tokens over time of both blocks, per GPU
+    expected = 2 * 32 * 8192 / (32 / 30.0 + 32 / 32.0) / 8
+    assert result["summary"]["tokens_per_s_per_device"] == pytest.approx(expected)
+    assert result["summary"]["provenance"]["step_time_s"] == "computed" and validate_result(result) == []
+
+
+def test_torchtitan_step_time_from_tps_when_the_tokens_are_stated():
+    launcher = ("+ torchrun --nproc_per_node=2 -m torchtitan.train --training.seq_len=1024 "
+                "--training.local_batch_size=4 --parallelism.tensor_parallel_degree=1 "
+                "--parallelism.pipeline_parallel_degree=1 --parallelism.context_parallel_degree=1\n")
+    result = ingest_text(launcher + TITAN, "t.log", Meta(compose, warmup_steps=0))
+    assert result["plan"]["world_size"] == 2 and result["spec"]["training"]["global_batch_size"] == 8
+    one, two = result["steps"]
+    assert one["step_time_s"] == pytest.approx(8 * 1024 / (1234 * 2)) and two["step_time_s"] == pytest.approx(8 * 1024 / 4000)
+    assert result["summary"]["provenance"]["step_time_s"] == "computed"
+
+
+def _live(text: str, fmt: str) -> list[dict]:
+    spec = build_spec(compose(["logging.wandb.mode=disabled", "platform=cpu"]))
+    records = []
+    live = LiveSteps(fmt, spec, 1, records.append)
+    for line in text.splitlines(keepends=True):
+        live.line(line)
+    live.close()
+    return sorted(live.steps, key=lambda s: s["step"])
+
+
+def _fields(steps: list[dict]) -> list[dict]:
+    drop = ("step_time_s_from", "step_time_s_printed")
+    return [{**{k: v for k, v in s.items() if k != "reported"},
+             "reported": {k: v for k, v in s["reported"].items() if k not in drop}} for s in steps]
+
+
+FIXTURES = [("megatron", MEGATRON), ("primus", PRIMUS), ("nemo", NEMO), ("torchtitan", TITAN), ("deepspeed", DEEPSPEED),
+            ("megatron", RANKED), ("megatron", MEGATRON_DS), ("mlperf", MLPERF)]
+
+
+@pytest.mark.parametrize("fmt,text", FIXTURES)
+def test_live_replay_gives_the_records_of_ingesting_the_whole_log(fmt, text):
+    assert _fields(_live(text, fmt)) == _fields(parse_text(text, fmt).steps)
+
+
+@pytest.mark.skipif(not CORPUS_LOGS, reason="conformance corpus ../shared/logs not present")
+@pytest.mark.parametrize("log", CORPUS_LOGS)
+def test_live_replay_of_every_corpus_log(log):
+    text = log.read_text(errors="replace")
+    fmt = detect(text) or "megatron"  # a run that died before its first step: the backend's own format
+    if fmt == "hf":  # the transformers backend runs in process: HF logs are only ingested
+        pytest.skip("HF Trainer logs are never streamed live")
+    assert _fields(_live(text, fmt)) == _fields(parse_text(text, fmt).steps)
+
+
+def test_hf_is_not_a_live_format():
+    assert parse_text(HF).format == "hf"

@@ -1,0 +1,87 @@
+"""Megatron-LM, Megatron-Bridge, Megatron-DeepSpeed and AMD Primus iteration lines:
+``iteration N/M | key: value | ...`` (fields in any order, ``current/average`` pairs in Primus) and the
+separate ``(after N iterations) memory (MB)`` report."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tprimat.logs.clean import Line, count, number
+from tprimat.logs.stream import Step, StreamParser, new_step
+
+ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
+FIELD = re.compile(r"\s*([^|:]+?)\s*:\s*([^|]*)")
+MEMORY = re.compile(r"\(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)")
+FIELDS = {
+    "elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
+    "grad norm": "grad_norm", "global batch size": "global_batch_size", "consumed samples": "consumed_samples",
+    "loss scale": "loss_scale", "number of skipped iterations": "skipped_iterations",
+    "number of nan iterations": "nan_iterations", "throughput per GPU (TFLOP/s/GPU)": "tflops_per_gpu",
+    "compute per GPU (TFLOP/s/GPU)": "tflops_per_gpu", "tokens per GPU (tokens/s/GPU)": "tokens_per_s_per_gpu",
+    "tokens/sec/gpu": "tokens_per_s_per_gpu", "tokens/s/GPU inst/harmonic mean": "tokens_per_s_per_gpu",
+    "energy per GPU (J/iter/GPU)": "energy_j_per_iter_per_gpu", "power per GPU (W/GPU)": "power_w_per_gpu",
+    # Megatron-DeepSpeed
+    "samples per second": "samples_per_s", "TFLOPs": "tflops_per_gpu", "actual seqlen": "actual_seqlen",
+}
+TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megatron: "0.004B" (rounded)
+
+
+def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
+    """'32025.5/32117.1' or '238.4 (avg 231.0)' -> (current, running average); '9.1' -> (9.1, None)."""
+    if "(avg" in text:
+        current, _, average = text.partition("(avg")
+        return number(current), number(average.rstrip(") "))
+    current, slash, average = text.partition("/")
+    if slash and "/" not in average:
+        return number(current), number(average)
+    return number(text), None
+
+
+class MegatronParser(StreamParser):
+    format = "megatron"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory: dict[int, tuple[float, float]] = {}  # reports that came before their step
+
+    def read(self, line: Line) -> list[Step]:
+        text = line.text
+        if "iteration" in text and (m := ITERATION.search(text)):
+            return self.offer(self.iteration(m), line.rank)
+        if "memory (MB)" in text and (m := MEMORY.search(text)):
+            self.attach_memory(int(m.group(1)), float(m.group(2)) / 1024, float(m.group(3)) / 1024)
+        return []
+
+    def iteration(self, match: re.Match) -> Step:
+        reported: dict = {"total_iterations": int(match.group(2))}
+        for key, value in FIELD.findall(match.group(3)):
+            name = FIELDS.get(key)
+            if name is not None:
+                current, average = current_and_average(value)
+                reported[name] = current
+                if average is not None:
+                    reported[f"{name}_running_avg"] = average
+            elif key == TOKENS:
+                tokens, exact = count(value)
+                reported["consumed_tokens" if exact else "consumed_tokens_rounded"] = tokens
+        ms = reported.pop("step_time_ms", None)
+        if "step_time_ms_running_avg" in reported:
+            reported["step_time_s_running_avg"] = reported.pop("step_time_ms_running_avg") / 1000
+        step = new_step(int(match.group(1)), reported, loss=reported.pop("loss", None), lr=reported.pop("lr", None),
+                        grad_norm=reported.pop("grad_norm", None), step_time_s=ms / 1000 if ms is not None else None)
+        if step["step"] in self.memory:
+            step["memory_gib"], step["peak_memory_gib"] = self.memory.pop(step["step"])
+        return step
+
+    def attach_memory(self, step: int, allocated: float, peak: float) -> None:
+        held = self.pending
+        if held is not None and held["step"] == step:
+            if held.get("memory_gib") is None:
+                held["memory_gib"], held["peak_memory_gib"] = allocated, peak
+        elif step not in self.seen:
+            self.memory.setdefault(step, (allocated, peak))
+
+
+class PrimusParser(MegatronParser):
+    format = "primus"

@@ -1,0 +1,116 @@
+"""MLPerf Training result logs: one ``:::MLLOG {json}`` record per line (mlperf-logging). Hyperparameters become
+facts; each ``block_start``..``block_stop`` becomes one step record (the optimizer step at the block's end),
+with the block's throughput as printed:
+
+- ``tracked_stats {"throughput": x}`` (AMD's callbacks): samples/s of the whole system; the step time is then
+  global_batch_size / x, computed from the logged batch size.
+- ``tracked_stats {"train_step_time": t}`` without a loss (mlperf_common's block-level record): seconds per
+  step. Records that also carry ``reduced_train_loss`` are per-interval (every few steps) and are kept inside
+  their block; validation timings are not training throughput and are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from tprimat.logs.clean import Line
+from tprimat.logs.facts import state
+from tprimat.logs.stream import Step, StreamParser, new_step
+
+MARK = ":::MLLOG"
+HYPERPARAMETERS = {
+    "global_batch_size": "training.global_batch_size", "max_sequence_length": "training.seq_length",
+    "opt_base_learning_rate": "training.optimizer.lr", "opt_adamw_beta_1": "training.optimizer.beta1",
+    "opt_adamw_beta_2": "training.optimizer.beta2", "opt_adamw_epsilon": "training.optimizer.eps",
+    "opt_adamw_weight_decay": "training.optimizer.weight_decay", "opt_gradient_clip_norm": "training.optimizer.grad_clip",
+    "opt_learning_rate_warmup_steps": "training.optimizer.warmup_steps", "seed": "training.seed",
+    "gradient_accumulation_steps": "mlperf.gradient_accumulation_steps",
+}
+# MLPerf benchmark names -> the model config that is that architecture.
+BENCHMARK_MODELS = {"llama31_8b": "llama", "llama31_405b": None, "llama2_70b_lora": None}
+RUN_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "submission_division",
+            "submission_status")
+
+
+def finite(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class MlperfParser(StreamParser):
+    format = "mlperf"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block: dict = {}
+        self.extra = {"eval_accuracy": [], "intervals": 0}
+
+    def read(self, line: Line) -> list[Step]:
+        text = line.text
+        at = text.find(MARK)
+        if at < 0:
+            return []
+        record = json.loads(text[at + len(MARK):])
+        if not isinstance(record, dict):
+            return []
+        key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
+        if key in HYPERPARAMETERS and finite(value):
+            state(self.facts, HYPERPARAMETERS[key], value, f"log: MLLOG {key}")
+        elif key in RUN_KEYS:
+            self.run_key(key, value)
+        elif key == "tracked_stats" and isinstance(value, dict):
+            self.tracked(value, meta, record.get("time_ms"))
+        elif key == "block_stop":
+            return self.block_stop(meta)
+        else:
+            self.run_event(key, value, meta, record.get("time_ms"))
+        return []
+
+    def run_key(self, key: str, value) -> None:
+        self.extra.setdefault(key, value)
+        if key == "submission_benchmark" and BENCHMARK_MODELS.get(value):
+            state(self.facts, "model", BENCHMARK_MODELS[value], f"log: MLLOG submission_benchmark {value}")
+
+    def run_event(self, key, value, meta: dict, time_ms) -> None:
+        if key == "run_start":
+            self.extra.setdefault("run_start_ms", time_ms)
+        elif key == "run_stop":
+            self.extra.update(run_stop_ms=time_ms, status=meta.get("status"))
+        elif key == "eval_accuracy" and finite(value):
+            self.extra["eval_accuracy"].append({"samples_count": meta.get("samples_count"), "value": value})
+            self.extra["final_eval_accuracy"] = value
+        elif key == "block_start":
+            self.block = {"start_ms": time_ms, "intervals": []}
+
+    def tracked(self, value: dict, meta: dict, time_ms) -> None:
+        if finite(value.get("throughput")):
+            self.block.update(samples_per_s=value["throughput"], samples_count_or_step=meta.get("step"), time_ms=time_ms)
+        elif finite(value.get("train_step_time")) and "reduced_train_loss" in value:
+            self.block.setdefault("intervals", []).append((value["train_step_time"], value.get("reduced_train_loss")))
+            self.extra["intervals"] += 1
+        elif finite(value.get("train_step_time")):
+            self.block.update(train_step_time_s=value["train_step_time"], time_ms=time_ms,
+                              samples_count_or_step=meta.get("samples_count"))
+
+    def block_stop(self, meta: dict) -> list[Step]:
+        block, self.block = self.block, {}
+        if "samples_per_s" not in block and "train_step_time_s" not in block:
+            return []
+        gbs = (self.facts.get("training.global_batch_size") or (None,))[0]
+        step = meta.get("step")
+        if step is None and finite(meta.get("samples_count")) and gbs:
+            step = meta["samples_count"] / gbs  # AMD: cumulative samples at the block's end
+        if not finite(step):
+            step = len(self.seen) + 1
+        reported = {k: block[k] for k in ("samples_per_s", "samples_count_or_step", "time_ms", "train_step_time_s")
+                    if k in block}
+        reported["block_stop_step"] = meta.get("step")
+        intervals = block.get("intervals") or []
+        if intervals:
+            reported["interval_step_times_s"] = [t for t, _ in intervals]
+        time_s = block.get("train_step_time_s")
+        if time_s is None and gbs:
+            time_s = gbs / block["samples_per_s"]
+            reported["step_time_s_from"] = "global_batch_size / tracked_stats throughput"
+        loss = intervals[-1][1] if intervals and finite(intervals[-1][1]) else None
+        return self.offer(new_step(int(step), reported, loss=loss, step_time_s=time_s), None)

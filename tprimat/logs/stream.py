@@ -1,0 +1,112 @@
+"""The stateful stream parser every log format shares: fed one raw line at a time, by ``tprimat ingest``
+(a whole file) and by the live external backends (a process's output) alike, so both give the same records.
+
+A step is a dict keyed by tprimat's step-record names (step, loss, lr, grad_norm, step_time_s, memory_gib,
+peak_memory_gib) plus ``reported``: what the framework printed for it. A step is held until a line of another
+step (or ``finish()``) completes it, so that lines that follow it (Megatron's memory report, DeepSpeed's timer
+and loss lines) and the same step printed by other ranks are attached first. Among ranks, rank 0's values are
+the step's (the first printing rank's when rank 0 never prints it); every rank's step time is kept
+(``reported.step_time_s_by_rank``) for the spread.
+
+Parsers never raise on bad input: a line they cannot read is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tprimat.logs import facts as facts_mod
+from tprimat.logs.clean import Line, clean
+
+Step = dict
+FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOfMemoryError", "NCCL Error",
+                 "SIGABRT", "Segmentation fault", "[ERROR]")
+NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
+EXCERPT_LINES = 20
+
+
+class StreamParser:
+    format = ""
+
+    def __init__(self) -> None:
+        self.facts: facts_mod.Facts = {}
+        self.extra: dict = {}  # format-specific run facts for the result's source section
+        self.pending: Optional[Step] = None
+        self.pending_rank: Optional[int] = None
+        self.seen: set = set()  # steps already emitted: a later re-print is dropped
+        self.failure: list[str] = []
+        self.lines = 0
+
+    # ------------------------------------------------------------ the interface
+    def feed(self, raw: str) -> list[Step]:
+        """One raw line (ANSI, prefixes and all) -> the steps it completes."""
+        self.lines += 1
+        line = clean(raw)
+        if line.world is not None:
+            facts_mod.state(self.facts, "world_size", line.world, "log: rank prefix rank-N/W")
+        self._watch_failure(line.text)
+        facts_mod.read_line(line.text, self.facts)
+        try:
+            return self.read(line)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
+            return []  # a mangled line is skipped, never fatal
+
+    def finish(self) -> list[Step]:
+        """The steps still held at the end of the stream."""
+        return self.flush()
+
+    @property
+    def error(self) -> Optional[str]:
+        return "\n".join(self.failure) if self.failure else None
+
+    def read(self, line: Line) -> list[Step]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ helpers for the formats
+    def offer(self, step: Step, rank: Optional[int]) -> list[Step]:
+        """A step line: merged into the held step when it is the same step (another rank), else it completes it."""
+        key = step["step"]
+        if key in self.seen:
+            return []
+        if self.pending is not None and self.pending["step"] == key:
+            self._merge(step, rank)
+            return []
+        done = self.flush()
+        self.pending, self.pending_rank = step, rank
+        if rank is not None and step.get("step_time_s") is not None:
+            step["reported"]["step_time_s_by_rank"] = {str(rank): step["step_time_s"]}
+        return done
+
+    def flush(self) -> list[Step]:
+        if self.pending is None:
+            return []
+        step, self.pending = self.pending, None
+        self.seen.add(step["step"])
+        by_rank = step["reported"].get("step_time_s_by_rank")
+        if by_rank is not None and len(by_rank) < 2:
+            del step["reported"]["step_time_s_by_rank"]
+        return [step]
+
+    def _merge(self, step: Step, rank: Optional[int]) -> None:
+        held = self.pending
+        by_rank = held["reported"].setdefault("step_time_s_by_rank", {})
+        if rank is not None and step.get("step_time_s") is not None:
+            by_rank.setdefault(str(rank), step["step_time_s"])
+        if rank == 0 and self.pending_rank not in (None, 0):  # rank 0's values are the step's
+            kept = {k: held[k] for k in ("memory_gib", "peak_memory_gib") if held.get(k) is not None}
+            step["reported"]["step_time_s_by_rank"] = by_rank
+            self.pending, self.pending_rank = {**step, **kept}, 0
+
+    def _watch_failure(self, text: str) -> None:
+        if self.failure:
+            if len(self.failure) < EXCERPT_LINES and text:
+                self.failure.append(text)
+        elif any(word in text for word in FAILURE_WORDS) or ("xited with" in text and NONZERO_EXIT.search(text)):
+            self.failure.append(text)
+
+
+def new_step(step: int, reported: dict, loss=None, lr=None, grad_norm=None, step_time_s=None,
+             memory_gib=None, peak_memory_gib=None) -> Step:
+    return {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time_s,
+            "memory_gib": memory_gib, "peak_memory_gib": peak_memory_gib, "reported": reported}
