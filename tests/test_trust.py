@@ -1,0 +1,135 @@
+"""compare never lies and never crashes: doctored repeats and summaries are flagged, implausible figures are
+flagged on any device, every interval contains its estimate, and any mix of ingested results compares."""
+
+import copy
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.test_ingest import CORPUS_LOGS, DEEPSPEED, DIED, HF, MEGATRON, NEMO, PRIMUS, TITAN
+from tests.test_provenance import MEGATRON_DS, MLPERF, RANKED, SYSTEM
+from tprimat.compare import stats
+from tprimat.compare.groups import build_groups, group_summary
+from tprimat.compare.load import Loaded
+from tprimat.compare.report import sections
+from tprimat.compare.speedups import speedups
+from tprimat.compose import compose
+from tprimat.ingest.build import Meta, ingest_file, ingest_text
+from tprimat.results.metrics import summarize
+from tprimat.results.records import StepRecord
+
+STATED = ["training.seq_length=4096", "world_size=8"]
+
+
+def ingested(overrides=(), text=MEGATRON_DS):
+    return ingest_text(text, "run.log", Meta(compose, [*STATED, *overrides], warmup_steps=1))
+
+
+def loaded(*results):
+    return [Loaded(Path(f"run{i}/result.json"), r) for i, r in enumerate(results)]
+
+
+def resummarise(result):
+    records = [StepRecord(**s) for s in result["steps"]]
+    plan = result["plan"]
+    result["summary"] = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], "reported")
+    return result
+
+
+def test_a_repeat_claiming_a_million_times_the_other_is_flagged_not_merged():
+    honest = ingested()
+    doctored = resummarise(copy.deepcopy(honest))
+    for s in doctored["steps"]:
+        s["step_time_s"] /= 1e6
+    [group] = build_groups(loaded(honest, resummarise(doctored)))
+    flag = next(f for f in group.flags if f.startswith("inconsistent repeats"))
+    assert "run0/result.json" in flag and "run1/result.json" in flag  # listed one by one
+    lo, hi = group.metrics["tokens_per_s_per_device_ci"]
+    assert lo <= group.metrics["tokens_per_s_per_device"] <= hi
+
+
+def test_a_summary_that_disagrees_with_its_own_steps_is_inconsistent():
+    doctored = copy.deepcopy(ingested())
+    doctored["summary"]["tokens_per_s"] *= 1e6
+    [group] = build_groups(loaded(doctored))
+    assert any(f.startswith("INCONSISTENT") for f in group.flags)
+    honest_rate = 512 * 4096 * 3 / (2.0 * 3) / 8  # steps 2-4: 512 x 4096 tokens in 2.0 s each, 8 devices
+    assert group.metrics["tokens_per_s_per_device"] == pytest.approx(honest_rate)  # from the steps, not the claim
+
+
+def test_implausible_tflops_on_an_unknown_device_is_impossible():
+    # 512 x 4096 tokens in 2 s on 64 devices: 16,384 tokens/s/device x ~52 GFLOP/token ~ 850 TFLOP/s: plausible.
+    honest_llama = ["model=llama", "world_size=64"]
+    fast = ingested(honest_llama)
+    for s in fast["steps"]:
+        s["step_time_s"] /= 1000  # ~850,000 TFLOP/s
+    [group] = build_groups(loaded(resummarise(fast)))
+    assert group.device == "?" and any("IMPOSSIBLE" in f and "fastest device in the hardware table" in f
+                                       for f in group.flags)
+    [honest] = build_groups(loaded(ingested(honest_llama)))
+    assert not any("IMPOSSIBLE" in f for f in honest.flags)
+
+
+def test_precision_pairs_are_compared_and_by_filters_the_axis():
+    bf16, fp32 = ingested(["training.precision=bf16"]), ingested(["training.precision=fp32"])
+    for s in fp32["steps"]:
+        s["step_time_s"] *= 2
+    groups = build_groups(loaded(bf16, resummarise(fp32)))
+    [pair] = speedups(groups)
+    assert pair.kind == "precision"
+    assert (pair.point if pair.other.precision == "bf16" else 1 / pair.point) == pytest.approx(2.0)  # bf16 twice as fast
+    assert len(speedups(groups, by="precision")) == 1
+    assert speedups(groups, by="layout") == []
+    with pytest.raises(ValueError, match="--by"):
+        speedups(groups, by="colour")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(0.01, 100.0), min_size=2, max_size=30), min_size=1, max_size=6),
+       st.sampled_from(["median", "olympic", "mean"]))
+def test_every_interval_contains_its_estimate(series, how):
+    for times in series:
+        interval = stats.within_run_ci([1000.0] * len(times), times)
+        assert interval.lo <= 1000.0 * len(times) / sum(times) <= interval.hi
+    rates = [1000.0 * len(t) / sum(t) for t in series]
+    if len(rates) >= 2:
+        interval = stats.repeats_ci(rates, how)
+        assert interval.lo <= stats.aggregate(rates, how) <= interval.hi
+
+
+def test_median_interval_from_order_statistics():
+    lo, hi, coverage = stats.median_ci(list(range(1, 11)))  # n=10: [x(2), x(9)], 1 - 2 * 11/1024
+    assert (lo, hi) == (2, 9) and coverage == pytest.approx(1 - 22 / 1024)
+    assert stats.median_ci([3.0, 1.0])[2] == pytest.approx(0.5)  # two repeats: [min, max] covers 50%
+
+
+def all_ingested() -> list[dict]:
+    texts = [MEGATRON, PRIMUS, NEMO, TITAN, DEEPSPEED, HF, DIED, MEGATRON_DS, RANKED, MLPERF]
+    results = [ingest_text(t, f"fixture{i}.log", Meta(compose)) for i, t in enumerate(texts)]
+    results.append(ingest_text(MLPERF, "mlperf.log", Meta(compose, system=SYSTEM)))
+    results += [ingest_file(p.values[0], Meta(compose)) for p in CORPUS_LOGS]
+    return [r for r in results if r["status"] == "ok"]
+
+
+INGESTED = all_ingested()
+
+
+def compare_all(results: list[dict]) -> list[str]:
+    groups = build_groups(loaded(*results))
+    found = speedups(groups)
+    [group_summary(g) for g in groups]
+    [s.wording() for s in found]
+    return sections(groups, found, [], [], "median")
+
+
+def test_compare_reads_every_ingested_log_together():
+    lines = compare_all(INGESTED)
+    assert "## Performance" in lines and len(INGESTED) >= 8
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(range(len(INGESTED))), min_size=1, max_size=8))
+def test_compare_never_crashes_on_random_subsets(indices):
+    compare_all([INGESTED[i] for i in indices])
