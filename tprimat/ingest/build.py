@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
 from tprimat.ingest.stated import Stated
-from tprimat.logs.parsers import Parsed, detect, parse_lines
+from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord, record_from_step
 from tprimat.results.result import make_result, new_run_id
@@ -137,7 +137,21 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
         from tprimat.ingest.sources import wandb_steps
 
         return ingest_steps(wandb_steps(path), "wandb", path, meta)
-    return ingest_text(path.read_text(errors="replace"), path.name, meta, fmt)
+    return ingest_log(path, meta, fmt)
+
+
+def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
+    """A text log, streamed line by line (the format detected from its head): memory stays bounded by the
+    records, not the file."""
+    with open(path, errors="replace") as f:
+        chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
+        f.seek(0)
+        parsed = parse_lines(f, chosen)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return ingest_parsed(parsed, path.name, meta, digest.hexdigest())
 
 
 def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:

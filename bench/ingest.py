@@ -1,0 +1,97 @@
+"""How fast ``tprimat ingest`` reads a long Megatron log, beside a plain regex pass over the same file.
+
+Generates its own log from the format's line shapes (srun labels, two printing ranks, Primus-style
+current/average pairs every other line, a memory report, noise lines), ingests it in a child process (so peak
+memory is that process's own), and prints the rate, the ratio to a bare ``re.finditer`` pass, the peak resident
+memory against the file size, and last ``ingest_mb_per_s=<x>``. Target: at least 50 MB/s and peak memory at
+most twice the file size on a 2-core machine.
+
+    python bench/ingest.py [--mb 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINE = ("{rank}:  [2026-05-23 18:30:15] iteration {i:>8}/  999999 | consumed samples: {s:>12} | elapsed time per "
+        "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | learning rate: 1.572965E-06 | "
+        "global batch size:  1024 | lm loss: 8.928761E+00 | loss scale: 1.0 | grad norm: 153.403 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+NOISE = "0:  [WARNING] some framework warning that is not a step, printed now and then by rank 0\n"
+
+CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from tprimat.compose import compose
+from tprimat.ingest.build import Meta, ingest_file
+t0 = time.perf_counter()
+result = ingest_file({path!r}, Meta(compose, ["world_size=8", "training.seq_length=4096"]))
+seconds = time.perf_counter() - t0
+print(json.dumps({{"seconds": seconds, "steps": len(result["steps"]),
+                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+BASELINE = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from tprimat.compose import compose
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def write_log(path: Path, megabytes: float) -> int:
+    target, written, i = megabytes * 1e6, 0, 0
+    with open(path, "w") as f:
+        while written < target:
+            i += 1
+            chunk = "".join(LINE.format(rank=r, i=i, s=1024 * i, ms=1000 + r + i % 7, tf=400.0 + i % 5) for r in (3, 2))
+            if i % 50 == 0:
+                chunk += NOISE
+            f.write(chunk)
+            written += len(chunk)
+    return i
+
+
+def regex_pass(path: Path) -> float:
+    pattern = re.compile(r"iteration\s+(\d+)/\s*\d+ \|(.*)")
+    t0 = time.perf_counter()
+    with open(path) as f:
+        for line in f:
+            pattern.search(line)
+    return time.perf_counter() - t0
+
+
+def child(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=float, default=100.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "megatron.log"
+        iterations = write_log(path, args.mb)
+        size_mb = path.stat().st_size / 1e6
+        base_rss = float(child(BASELINE.format(root=str(ROOT))))
+        run = json.loads(child(CHILD.format(root=str(ROOT), path=str(path))))
+        bare = regex_pass(path)
+    rate = size_mb / run["seconds"]
+    grown = run["maxrss_mib"] - base_rss
+    print(f"log: {size_mb:.1f} MB, {iterations:,} iterations printed by 2 ranks; {run['steps']:,} step records")
+    print(f"ingest: {run['seconds']:.2f} s ({rate:.1f} MB/s); plain regex pass: {bare:.2f} s "
+          f"({size_mb / bare:.1f} MB/s); ingest / regex time = {run['seconds'] / bare:.2f}")
+    print(f"peak memory: {run['maxrss_mib']:.0f} MiB, {grown:.0f} MiB above an idle process "
+          f"({grown * 1.048576 / size_mb:.2f} x the file size)")
+    print(f"ingest_mb_per_s={rate:.1f}")
+
+
+if __name__ == "__main__":
+    main()
