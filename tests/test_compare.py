@@ -148,8 +148,13 @@ def test_cost_energy_and_time_to_train(real):
     assert m["days_to_train_15t"] == pytest.approx(15 * m["days_to_train_1t"])
     cpu = groups_of(a)[0].metrics
     assert cpu["usd_per_1t_tokens"] is None and cpu["energy_j_per_token"] is None
-    measured = derived(h100, edit=lambda r: r.update(telemetry={"energy_per_token_j": 0.5}) or None)
+    every_device = {"energy_per_token_j": 0.5, "devices_sampled": 8, "ranks_covered": 8}
+    measured = derived(h100, edit=lambda r: r.update(telemetry=every_device) or None)
     assert groups_of(measured)[0].metrics["energy_source"] == "measured (telemetry)"
+    assert groups_of(measured)[0].metrics["energy_j_per_token"] == 0.5
+    # written before every device was sampled: device 0's energy over 8 devices' tokens is not a measurement
+    device_zero = derived(h100, edit=lambda r: r.update(telemetry={"energy_per_token_j": 0.5}) or None)
+    assert groups_of(device_zero)[0].metrics["energy_source"].startswith("estimate: TDP")
 
 
 # Statistics against known distributions.

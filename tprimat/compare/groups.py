@@ -216,6 +216,17 @@ def price_per_device_hour(group: Group) -> tuple[Optional[float], str]:
     return None, "no price: set platform.price_per_device_hour_usd"
 
 
+def measured_energy_per_token_j(result: dict) -> Optional[float]:
+    """Telemetry's energy per token, or None when it cannot stand for the run: results written before
+    telemetry sampled every device (no ``devices_sampled``) divided device 0's energy by every device's
+    tokens, understating it about world-size times, so they count only for single-device runs."""
+    telemetry = result.get("telemetry") or {}
+    world = (result.get("plan") or {}).get("world_size")
+    if "devices_sampled" not in telemetry and world != 1:
+        return None
+    return telemetry.get("energy_per_token_j")
+
+
 def derive_cost_energy(group: Group, tokens_per_s: Optional[float], device_row) -> None:
     m, world = group.metrics, group.world_size
     price, price_source = price_per_device_hour(group)
@@ -223,8 +234,7 @@ def derive_cost_energy(group: Group, tokens_per_s: Optional[float], device_row) 
     known = tokens_per_s and world
     m["usd_per_1t_tokens"] = price * world / 3600 / tokens_per_s * 1e12 if price is not None and known else None
     m["tokens_per_usd"] = tokens_per_s * 3600 / (price * world) if price and known else None
-    measured = [((run.result.get("telemetry") or {}).get("energy_per_token_j")) for run in group.runs]
-    measured = [v for v in measured if v is not None]
+    measured = [v for v in (measured_energy_per_token_j(run.result) for run in group.runs) if v is not None]
     if measured:
         m["energy_j_per_token"], m["energy_source"] = sorted(measured)[len(measured) // 2], "measured (telemetry)"
     elif device_row is not None and known:

@@ -7,6 +7,7 @@ Every outcome writes result.json: ``invalid`` (exit 2) for a spec that breaks a 
 from __future__ import annotations
 
 import logging
+import os
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,13 +126,13 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     is_writer = env is None or env.rank == 0
     sink = _wandb_sink(spec, run_dir, common) if is_writer else None
     spawned = plan.world_size > 1 and env is None and not prepared.backend.launches_own_ranks
-    sampler, telemetry = _sampler(spec, spawned) if is_writer else (None, None)
+    sampler, telemetry = _sampler(spec, plan.world_size, spawned) if is_writer else (None, None)
     measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink), sink if spawned else None)
     if measured is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
         return Outcome("ok", EXIT_OK, None, {})
     if sampler:
         sampler.stop()
-        telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup))
+        telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup), plan.world_size)
     result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common)
     return _finish(result, run_dir, EXIT_OK if result["status"] == "ok" else EXIT_FAILED)
 
@@ -199,14 +200,15 @@ def _log_summary(spec: TprimatConf, summary: dict) -> None:
              "n/a" if summary["mfu"] is None else f"{summary['mfu']:.1%}", summary["peak_memory_gib"] or 0)
 
 
-def _sampler(spec: TprimatConf, spawned: bool):
-    """(sampler, None) when telemetry runs, else (None, the reason it does not)."""
+def _sampler(spec: TprimatConf, world_size: int, spawned: bool):
+    """(sampler over this node's devices, None) when telemetry runs, else (None, the reason it does not)."""
     if not spec.benchmark.telemetry:
         return None, {"source": "none", "energy_per_token_j": None, "unavailable": "benchmark.telemetry=false"}
     if spawned:
         return None, {"source": "none", "energy_per_token_j": None,
                       "unavailable": "ranks ran in child processes; run under torchrun or Slurm to sample on rank 0"}
-    source, reason = open_source(spec.platform.name)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or min(world_size, spec.platform.devices_per_node))
+    source, reason = open_source(spec.platform.name, local)
     if source is None:
         log.warning("telemetry %s", reason)
         return None, {"source": "none", "energy_per_token_j": None, "unavailable": reason}

@@ -1,43 +1,74 @@
-"""Power, energy and utilisation sampled in the background while steps are measured.
+"""Power, energy and utilisation of every local device, sampled in the background while steps are measured.
 
-Sources: NVIDIA through nvidia-ml-py (power, the board's energy counter, utilisation, clocks, memory,
-temperature), AMD through amdsmi, CPU through psutil (utilisation, resident memory) plus RAPL energy counters
-where /sys/class/powercap is readable. A missing library or device is recorded as "unavailable: <reason>",
-never a crash. Energy is attributed to the measured (non-warm-up) window only.
+Sources: NVIDIA through nvidia-ml-py (one handle per GPU this node's ranks use: power, the board's energy
+counter, utilisation, clocks, memory, temperature), AMD through amdsmi (one handle per GPU), CPU through psutil
+(utilisation, resident memory) plus the RAPL package domains where /sys/class/powercap is readable. A missing
+library or device is recorded as "unavailable: <reason>", never a crash; a failed read is counted, and when
+failed reads dominate a device the energy is "unavailable" with the first error. Energy is attributed to the
+measured (non-warm-up) window only, summed over the sampled devices, and divided by the tokens those devices'
+ranks processed (see ``summarize``).
 """
 
 from __future__ import annotations
 
-import glob
-import statistics
-import threading
-import time
+import os
+from pathlib import Path
 from typing import Callable, Optional
 
 import psutil
 
+from tprimat.measure.sampler import Sampler
+
+__all__ = ["Source", "NvmlSource", "AmdSmiSource", "CpuSource", "open_source", "visible_indices", "Sampler"]
+
 
 class Source:
-    name = ""
+    """One reading per device: ``read(i)`` for ``i`` in ``range(len(self.devices))``.
 
-    def sample(self) -> dict:  # power_w, energy_j (cumulative counter), util_pct, mem_gib, temp_c, clock_mhz
+    ``read`` returns any of power_w, energy_j (a cumulative counter), util_pct, mem_gib, temp_c, clock_mhz;
+    ``ranks_covered`` is how many of the run's ranks the devices' energy belongs to (one per GPU; every
+    local rank for a CPU package, which all of them share)."""
+
+    name = ""
+    devices: list[str] = []
+    ranks_covered = 1
+
+    def read(self, device: int) -> dict:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
 
 
+def visible_indices(variable: str, count: int) -> list[str]:
+    """The first ``count`` devices this node's ranks use: entries of CUDA_VISIBLE_DEVICES (or the ROCm
+    equivalent) when set, else 0..count-1. Rank r uses device r of that list (``torch.cuda.set_device``)."""
+    listed = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
+    chosen = listed[:count] if listed else [str(i) for i in range(count)]
+    if len(chosen) < count:
+        raise RuntimeError(f"{variable}={os.environ.get(variable)!r} lists {len(chosen)} devices, "
+                           f"but {count} local ranks need one each")
+    return chosen
+
+
 class NvmlSource(Source):
     name = "nvml"
 
-    def __init__(self, device_index: int = 0):
+    def __init__(self, local_devices: int = 1):
         import pynvml
 
         pynvml.nvmlInit()
-        self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        try:
+            chosen = visible_indices("CUDA_VISIBLE_DEVICES", local_devices)
+            self.handles = [pynvml.nvmlDeviceGetHandleByUUID(entry) if entry.startswith(("GPU-", "MIG-"))
+                            else pynvml.nvmlDeviceGetHandleByIndex(int(entry)) for entry in chosen]
+        except Exception:
+            pynvml.nvmlShutdown()
+            raise
+        self.nvml, self.devices, self.ranks_covered = pynvml, [f"nvml:{i}" for i in chosen], len(chosen)
 
-    def sample(self) -> dict:
-        nv, h = self.nvml, self.handle
+    def read(self, device: int) -> dict:
+        nv, h = self.nvml, self.handles[device]
         return {"power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000,
                 "energy_j": nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000,
                 "util_pct": nv.nvmlDeviceGetUtilizationRates(h).gpu,
@@ -52,14 +83,22 @@ class NvmlSource(Source):
 class AmdSmiSource(Source):
     name = "amdsmi"
 
-    def __init__(self, device_index: int = 0):
+    def __init__(self, local_devices: int = 1):
         import amdsmi
 
         amdsmi.amdsmi_init()
-        self.smi, self.handle = amdsmi, amdsmi.amdsmi_get_processor_handles()[device_index]
+        try:
+            every = amdsmi.amdsmi_get_processor_handles()
+            variable = "ROCR_VISIBLE_DEVICES" if os.environ.get("ROCR_VISIBLE_DEVICES") else "HIP_VISIBLE_DEVICES"
+            chosen = visible_indices(variable, local_devices)
+            self.handles = [every[int(i)] for i in chosen]
+        except Exception:
+            amdsmi.amdsmi_shut_down()
+            raise
+        self.smi, self.devices, self.ranks_covered = amdsmi, [f"amdsmi:{i}" for i in chosen], len(chosen)
 
-    def sample(self) -> dict:
-        smi, h = self.smi, self.handle
+    def read(self, device: int) -> dict:
+        smi, h = self.smi, self.handles[device]
         power = smi.amdsmi_get_power_info(h)
         activity = smi.amdsmi_get_gpu_activity(h)
         energy = smi.amdsmi_get_energy_count(h)
@@ -72,100 +111,67 @@ class AmdSmiSource(Source):
         self.smi.amdsmi_shut_down()
 
 
+class RaplDomain:
+    """One top-level RAPL domain (a CPU package): its microjoule counter, unwrapped across overflows."""
+
+    def __init__(self, path: Path):
+        self.path, self.name = path, (path / "name").read_text().strip()
+        self.range_uj = int((path / "max_energy_range_uj").read_text())
+        self.last_uj, self.total_uj = int((path / "energy_uj").read_text()), 0
+
+    def joules(self) -> float:
+        now = int((self.path / "energy_uj").read_text())
+        self.total_uj += now - self.last_uj if now >= self.last_uj else now + self.range_uj - self.last_uj
+        self.last_uj = now
+        return self.total_uj / 1e6
+
+
+def rapl_domains(root: Path = Path("/sys/class/powercap")) -> list[RaplDomain]:
+    """The readable package domains (intel-rapl:N; their subdomains intel-rapl:N:M are inside them and psys
+    overlaps them, so neither is counted)."""
+    domains = []
+    for path in sorted(root.glob("*rapl:*")):
+        if path.name.count(":") != 1:
+            continue
+        try:
+            domain = RaplDomain(path)
+        except (OSError, ValueError):
+            continue
+        if domain.name.startswith("package"):
+            domains.append(domain)
+    return domains
+
+
 class CpuSource(Source):
+    """Device i is RAPL package i (energy) with the process's utilisation and memory on device 0; without
+    readable RAPL, the single device is the process and has no energy."""
+
     name = "psutil"
 
-    def __init__(self):
+    def __init__(self, local_ranks: int = 1, rapl_root: Path = Path("/sys/class/powercap")):
         self.process = psutil.Process()
         self.process.cpu_percent(None)
-        self.rapl = sorted(glob.glob("/sys/class/powercap/*rapl*:*/energy_uj"))
+        self.rapl = rapl_domains(rapl_root)
+        self.devices = [f"rapl:{d.name}" for d in self.rapl] or ["process"]
+        self.ranks_covered = local_ranks  # the packages are shared by every rank on this host
         if self.rapl:
             self.name = "psutil+rapl"
 
-    def _rapl_j(self) -> Optional[float]:
-        try:
-            return sum(int(open(p).read()) for p in self.rapl) / 1e6 if self.rapl else None
-        except OSError:
-            return None
-
-    def sample(self) -> dict:
-        return {"util_pct": self.process.cpu_percent(None), "mem_gib": self.process.memory_info().rss / 2**30,
-                "energy_j": self._rapl_j()}
+    def read(self, device: int) -> dict:
+        sample = {"energy_j": self.rapl[device].joules()} if self.rapl else {}
+        if device == 0:
+            sample.update(util_pct=self.process.cpu_percent(None), mem_gib=self.process.memory_info().rss / 2**30)
+        return sample
 
 
-def open_source(platform: str) -> tuple[Optional[Source], str]:
-    """The sampler for this platform, or (None, 'unavailable: reason')."""
-    factories: list[Callable[[], Source]] = {"nvidia": [NvmlSource], "amd": [AmdSmiSource],
-                                             "cpu": [CpuSource]}.get(platform, [])
+def open_source(platform: str, local_devices: int = 1) -> tuple[Optional[Source], str]:
+    """The sampler for this platform over the ``local_devices`` this node's ranks use, or
+    (None, 'unavailable: reason')."""
+    factories: list[Callable[[int], Source]] = {"nvidia": [NvmlSource], "amd": [AmdSmiSource],
+                                                "cpu": [CpuSource]}.get(platform, [])
     for factory in factories:
         try:
-            return factory(), ""
+            return factory(local_devices), ""
         except Exception as exc:  # noqa: BLE001 - no library / no driver / no device: say so, do not crash
             return None, f"unavailable: {factory.__name__}: {type(exc).__name__}: {exc}"
     return None, f"unavailable: no telemetry source for platform {platform}"
-
-
-class Sampler:
-    """Samples a source every ``interval_s`` on a daemon thread; ``window`` brackets the measured steps."""
-
-    def __init__(self, source: Source, interval_s: float = 0.5):
-        self.source, self.interval_s = source, interval_s
-        self.samples: list[tuple[float, dict]] = []
-        self.window: list[float] = []  # [start, end] of the measured steps, time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tprimat-telemetry", daemon=True)
-        self.sample_cost_s: list[float] = []
-
-    def start(self) -> "Sampler":
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                self.samples.append((time.monotonic(), self.source.sample()))
-            except Exception:  # noqa: BLE001 - a failed read is a gap, not a crash
-                pass
-            self.sample_cost_s.append(time.perf_counter() - t0)
-            self._stop.wait(self.interval_s)
-
-    def mark(self, measured: bool) -> None:
-        """Called as each step ends: the measured window runs from the end of the last warm-up step (or the
-        first step's end when there is no warm-up) to the end of the last measured step."""
-        now = time.monotonic()
-        if not measured:
-            self._opened = now
-        elif self.window:
-            self.window[1] = now
-        else:
-            self.window = [getattr(self, "_opened", now), now]
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.source.close()
-
-    def summary(self, measured_tokens: int) -> dict:
-        inside = [s for t, s in self.samples if self.window and self.window[0] <= t <= self.window[1]]
-        power = [s["power_w"] for s in inside if s.get("power_w") is not None]
-        energy = self._energy_j(inside, power)
-        util = [s["util_pct"] for s in inside if s.get("util_pct") is not None]
-        mem = [s["mem_gib"] for s in inside if s.get("mem_gib") is not None]
-        temps = [s["temp_c"] for s in inside if s.get("temp_c") is not None]
-        clocks = [s["clock_mhz"] for s in inside if s.get("clock_mhz") is not None]
-        return {"source": self.source.name, "interval_s": self.interval_s, "samples": len(inside),
-                "avg_power_w": statistics.fmean(power) if power else None, "peak_power_w": max(power, default=None),
-                "energy_j": energy, "energy_per_token_j": energy / measured_tokens if energy and measured_tokens else None,
-                "util_pct_avg": statistics.fmean(util) if util else None, "mem_gib_peak": max(mem, default=None),
-                "temp_c_max": max(temps, default=None), "clock_mhz_avg": statistics.fmean(clocks) if clocks else None,
-                "sample_cost_s_median": statistics.median(self.sample_cost_s) if self.sample_cost_s else None,
-                "energy_note": None if energy else "unavailable: the source reports no energy or power"}
-
-    def _energy_j(self, inside: list[dict], power: list[float]) -> Optional[float]:
-        counters = [s["energy_j"] for s in inside if s.get("energy_j") is not None]
-        if len(counters) >= 2:
-            return counters[-1] - counters[0]
-        if len(power) >= 2 and self.window:
-            return statistics.fmean(power) * (self.window[1] - self.window[0])
-        return None
