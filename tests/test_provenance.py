@@ -10,7 +10,7 @@ from tests.test_ingest import CORPUS_LOGS, DEEPSPEED, HF, MEGATRON, NEMO, PRIMUS
 from tprimat.backends.external.base import LiveSteps
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_text
-from tprimat.logs.parsers import detect, parse_text
+from tprimat.logs.parsers import detect, parse_lines, parse_stream, parse_text
 from tprimat.results.result import validate_result
 from tprimat.spec.build import build_spec
 
@@ -167,6 +167,52 @@ def test_live_replay_of_every_corpus_log(log):
     if fmt == "hf":  # the transformers backend runs in process: HF logs are only ingested
         pytest.skip("HF Trainer logs are never streamed live")
     assert _fields(_live(text, fmt)) == _fields(parse_text(text, fmt).steps)
+
+
+def _blocks_equal_lines(path, fmt):
+    with open(path, errors="replace") as f:
+        by_line = parse_lines(f, fmt)
+    for block_chars in (97, 4096, 1 << 20):  # block edges inside lines, and whole files
+        with open(path, errors="replace") as f:
+            by_block = parse_stream(f, fmt, block_chars)
+        assert _fields(by_block.steps) == _fields(by_line.steps), block_chars
+        assert (by_block.facts, by_block.error, by_block.extra) == (by_line.facts, by_line.error, by_line.extra)
+
+
+SHORT_AND_ODD = """iteration 1/ 4 | lm loss: 2.0 | elapsed time per iteration (ms): 10.0 |
+0: [2026-01-01 00:00:00] iteration        2/       4 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | lm loss: 1.9 | global batch size: 32 |
+1: [2026-01-01 00:00:00] iteration        2/       4 | consumed samples: 64 | elapsed time per iteration (ms): 950.0 | lm loss: 1.9 | global batch size: 32 |
+[Rank 0] (after 2 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: 3000.0
+[rank1]: iteration        3/       4 | consumed samples: 96 | elapsed time per iteration (ms): 980.0 | lm loss: 1.8 | global batch size: 32 |
+[rank0]: iteration        3/       4 | consumed samples: 96 | elapsed time per iteration (ms): 910.0 | lm loss: 1.7 | global batch size: 32 |
+[32m0: iteration        4/       4 | consumed samples: 128 | elapsed time per iteration (ms): 905.0 | lm loss: 1.6 | global batch size: 32 |[0m
+"""
+
+
+@pytest.mark.parametrize("fmt,text", [*FIXTURES, ("megatron", SHORT_AND_ODD)])
+def test_reading_in_blocks_gives_the_records_of_reading_line_by_line(fmt, text, tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text(text)
+    _blocks_equal_lines(path, fmt)
+
+
+@pytest.mark.skipif(not CORPUS_LOGS, reason="conformance corpus ../shared/logs not present")
+@pytest.mark.parametrize("log", CORPUS_LOGS)
+def test_reading_every_corpus_log_in_blocks(log):
+    with open(log, errors="replace") as f:
+        fmt = detect(f.read()) or "megatron"
+    _blocks_equal_lines(log, fmt)
+
+
+def test_rank_zero_wins_on_the_block_path(tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text(SHORT_AND_ODD)
+    with open(path) as f:
+        steps = {s["step"]: s for s in parse_stream(f, "megatron").steps}
+    assert steps[2]["step_time_s"] == 0.9 and steps[2]["reported"]["step_time_s_by_rank"] == {"0": 0.9, "1": 0.95}
+    assert steps[2]["memory_gib"] == 1.0 and steps[2]["peak_memory_gib"] == 2.0
+    assert steps[3]["step_time_s"] == 0.91 and steps[3]["loss"] == 1.7  # rank 0 printed second, and won
+    assert steps[4]["loss"] == 1.6 and len(steps) == 4
 
 
 def test_hf_is_not_a_live_format():

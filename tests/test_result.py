@@ -107,3 +107,15 @@ def test_cli_check(default_run, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert f"{good}: ok" in proc.stdout and f"{bad}: INVALID" in proc.stdout
+
+
+def test_a_step_record_as_a_dict_is_dataclasses_asdict_without_the_copy():
+    import dataclasses
+
+    from tprimat.results.records import StepRecord
+
+    record = StepRecord(step=3, step_time_s=0.5, tokens=1024, loss=2.0, lr=1e-4, grad_norm=1.5, memory_gib=1.0,
+                        peak_memory_gib=2.0, repeat=1, warmup=True, reported={"tflops_per_gpu": 400.0})
+    assert record.as_dict() == dataclasses.asdict(record)
+    assert list(record.as_dict()) == [f.name for f in dataclasses.fields(StepRecord)]
+    assert record.as_dict()["reported"] is record.reported  # shared, not copied

@@ -7,6 +7,9 @@ framework printed it (marked ``reported``), else null.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import gc
 import hashlib
 import json
 import statistics
@@ -16,7 +19,7 @@ from typing import Callable, Optional
 
 from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
 from tprimat.ingest.stated import Stated
-from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines
+from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord, record_from_step
 from tprimat.results.result import make_result, new_run_id
@@ -36,10 +39,23 @@ class Meta:
     overrides: list[str] = field(default_factory=list)  # Hydra-style: model=llama platform.gpu=h100 ...
     warmup_steps: Optional[int] = None
     system: Optional[dict] = None  # a system description (MLPerf systems JSON)
+    _composed: dict = field(default_factory=dict, repr=False)
+
+    def composed(self, overrides: list[str]) -> dict:
+        """``compose(overrides)``, composed once per Meta (one Hydra compose for a whole ``tprimat ingest``)."""
+        key = tuple(overrides)
+        if key not in self._composed:
+            self._composed[key] = self.compose(list(overrides))
+        return copy.deepcopy(self._composed[key])
+
+    @property
+    def config_overrides(self) -> list[str]:
+        return [o for o in self.overrides if not o.startswith("world_size=")]  # --devices is not a config key
 
 
 def stated_spec(parsed: Parsed, meta: Meta, framework: str) -> Stated:
-    st = Stated(meta.compose([]), meta.compose)
+    # analysis settings (benchmark, logging) from the defaults with the user's overrides: one composition
+    st = Stated(meta.composed(meta.config_overrides), meta.composed)
     st.set("framework.name", framework, f"log format {parsed.format}")
     st.log_facts(parsed.facts)
     st.system(meta.system)
@@ -61,6 +77,7 @@ def to_records(steps: list[dict], spec: dict, world: Optional[int], warnings: li
     for i, s in enumerate(steps):
         records.append(record_from_step(s, gbs, seq, world, previous, i < warmup, warnings))
         previous = s
+    steps.clear()  # consumed: the records hold what the steps said (a long log is held once, not twice)
     return records
 
 
@@ -71,13 +88,14 @@ def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Opt
     if not pairs:
         return {"reported_tflops_per_device": None, "reported_flops_convention": None}
     reported = statistics.median(t for t, _, _ in pairs)
+    tokens_per_s = statistics.median(n / s for _, s, n in pairs)  # the median commutes with a positive scale
     model, seq = model_conf(st), st.spec["training"]["seq_length"]
     convention = "unknown (the model, sequence length or world size is not stated)"
     if model and seq and world:
         convention = "unknown (does not match a known convention with the stated model and batch)"
         for candidate in CANDIDATES.get(fmt, ()):
             per_token = flops.flops_per_token(model, seq, candidate)
-            predicted = statistics.median(per_token * n / (s * 1e12 * world) for _, s, n in pairs)
+            predicted = per_token * tokens_per_s / (1e12 * world)
             if abs(predicted / reported - 1) < AGREEMENT:
                 convention = candidate
                 break
@@ -114,8 +132,17 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     source = {"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
               "stated": dict(sorted(st.where.items())), "facts": {k: v for k, v in st.facts.items()}, **parsed.extra}
     return make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=st.spec, plan=plan,
-                       environment=None, steps=[r.as_dict() for r in records], summary=summary, warnings=st.warnings,
+                       environment=None, steps=as_dicts(records), summary=summary, warnings=st.warnings,
                        framework={"name": framework, "version": None}, overrides=meta.overrides, source=source)
+
+
+def as_dicts(records: list[StepRecord]) -> list[dict]:
+    """The records as the result's steps, each record freed as it is converted (consumes ``records``)."""
+    steps = []
+    records.reverse()
+    while records:
+        steps.append(records.pop().as_dict())
+    return steps
 
 
 def ingest_text(raw: str, name: str, meta: Meta, fmt: str = "auto") -> dict:
@@ -143,15 +170,29 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
 def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
     """A text log, streamed line by line (the format detected from its head): memory stays bounded by the
     records, not the file."""
-    with open(path, errors="replace") as f:
+    with open(path, errors="replace") as f, paused_gc():
         chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
         f.seek(0)
-        parsed = parse_lines(f, chosen)
+        parsed = parse_stream(f, chosen)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    return ingest_parsed(parsed, path.name, meta, digest.hexdigest())
+    with paused_gc():
+        return ingest_parsed(parsed, path.name, meta, digest.hexdigest())
+
+
+@contextlib.contextmanager
+def paused_gc():
+    """The cyclic garbage collector paused while a long log becomes records: the parse allocates millions of
+    small acyclic dicts and floats, and each collection walks all of them again (3-5x slower records)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:

@@ -53,6 +53,12 @@ def clean_lines(text: str) -> list[str]:
 
 def number(text: str):
     """A printed number ("1,360", "1.249e+03", "12.3%", "N/A") as a finite float, or None."""
+    if len(text) <= 64:
+        try:  # the common case, a plain number with surrounding blanks, in one C call
+            value = float(text)
+            return value if math.isfinite(value) else None
+        except ValueError:
+            pass
     text = text.strip().rstrip("%").replace(",", "")
     if len(text) > 64:
         return None

@@ -4,6 +4,7 @@ separate ``(after N iterations) memory (MB)`` report."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional
 
@@ -11,7 +12,6 @@ from tprimat.logs.clean import Line, count, number
 from tprimat.logs.stream import Step, StreamParser, new_step
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
-FIELD = re.compile(r"\s*([^|:]+?)\s*:\s*([^|]*)")
 MEMORY = re.compile(r"\(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)")
 FIELDS = {
     "elapsed time per iteration (ms)": "step_time_ms", "learning rate": "lr", "lm loss": "loss",
@@ -24,11 +24,19 @@ FIELDS = {
     # Megatron-DeepSpeed
     "samples per second": "samples_per_s", "TFLOPs": "tflops_per_gpu", "actual seqlen": "actual_seqlen",
 }
+OWN = frozenset(("step_time_ms", "loss", "lr", "grad_norm"))
+STEP_TIME = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^|]*)")
+SHORT_LINE = 100  # facts.read_line reads "key: value" config lines shorter than this
 TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megatron: "0.004B" (rounded)
 
 
 def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
     """'32025.5/32117.1' or '238.4 (avg 231.0)' -> (current, running average); '9.1' -> (9.1, None)."""
+    try:  # the common case: one plain number
+        value = float(text)
+        return (value if math.isfinite(value) else None), None
+    except ValueError:
+        pass
     if "(avg" in text:
         current, _, average = text.partition("(avg")
         return number(current), number(average.rstrip(") "))
@@ -40,6 +48,7 @@ def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
 
 class MegatronParser(StreamParser):
     format = "megatron"
+    FAST = re.compile(r"^([^\n]*?)\biteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|([^\n]*)\n", re.M)
 
     def __init__(self) -> None:
         super().__init__()
@@ -48,30 +57,44 @@ class MegatronParser(StreamParser):
     def read(self, line: Line) -> list[Step]:
         text = line.text
         if "iteration" in text and (m := ITERATION.search(text)):
-            return self.offer(self.iteration(m), line.rank)
+            return self.step_line(int(m.group(1)), m.group(2), m.group(3), line.rank)
         if "memory (MB)" in text and (m := MEMORY.search(text)):
             self.attach_memory(int(m.group(1)), float(m.group(2)) / 1024, float(m.group(3)) / 1024)
         return []
 
-    def iteration(self, match: re.Match) -> Step:
-        reported: dict = {"total_iterations": int(match.group(2))}
-        for key, value in FIELD.findall(match.group(3)):
-            name = FIELDS.get(key)
+    def fast(self, match: re.Match) -> list[Step]:
+        if len(match.group(0)) < SHORT_LINE:  # a short line might be a config dump: the full path reads it
+            return self.feed(match.group(0))
+        return self.step_line(int(match.group(2)), match.group(3), match.group(4), self.prefix_rank(match.group(1)))
+
+    def step_line(self, key: int, total: str, body: str, rank: Optional[int]) -> list[Step]:
+        if self.echo(key, rank):  # another rank's copy: only its step time is new
+            ms = (t := STEP_TIME.search(body)) and current_and_average(t.group(1))[0]
+            self.rank_time(key, rank, ms / 1000 if ms is not None else None)
+            return []
+        return self.offer(self.iteration(key, int(total), body), rank)
+
+    def iteration(self, key: int, total: int, body: str) -> Step:
+        reported: dict = {"total_iterations": total}
+        own: dict = {}  # the step record's own fields, kept out of ``reported`` (which is held once per step)
+        for part in body.split("|"):
+            key_text, colon, value = part.partition(":")
+            name = FIELDS.get(key_text.strip()) if colon else None
             if name is not None:
                 current, average = current_and_average(value)
-                reported[name] = current
+                (own if name in OWN else reported)[name] = current
                 if average is not None:
                     reported[f"{name}_running_avg"] = average
-            elif key == TOKENS:
+            elif colon and key_text.strip() == TOKENS:
                 tokens, exact = count(value)
                 reported["consumed_tokens" if exact else "consumed_tokens_rounded"] = tokens
-        ms = reported.pop("step_time_ms", None)
+        ms = own.get("step_time_ms")
         if "step_time_ms_running_avg" in reported:
             reported["step_time_s_running_avg"] = reported.pop("step_time_ms_running_avg") / 1000
-        step = new_step(int(match.group(1)), reported, loss=reported.pop("loss", None), lr=reported.pop("lr", None),
-                        grad_norm=reported.pop("grad_norm", None), step_time_s=ms / 1000 if ms is not None else None)
-        if step["step"] in self.memory:
-            step["memory_gib"], step["peak_memory_gib"] = self.memory.pop(step["step"])
+        step = new_step(key, reported, loss=own.get("loss"), lr=own.get("lr"), grad_norm=own.get("grad_norm"),
+                        step_time_s=ms / 1000 if ms is not None else None)
+        if key in self.memory:
+            step["memory_gib"], step["peak_memory_gib"] = self.memory.pop(key)
         return step
 
     def attach_memory(self, step: int, allocated: float, peak: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TextIO
 
 from tprimat.logs.deepspeed import DS_STEP, DS_TIMER, DeepspeedParser
 from tprimat.logs.hf import HF_DICT, HfParser
@@ -66,12 +66,33 @@ def parse_lines(lines: Iterable[str], fmt: Optional[str]) -> Parsed:
     steps: list[dict] = []
     for line in lines:
         steps += parser.feed(line)
+    return finished(parser, steps, fmt)
+
+
+def finished(parser: StreamParser, steps: list[dict], fmt: Optional[str]) -> Parsed:
     steps += parser.finish()
     steps.sort(key=lambda s: s["step"])
     error = parser.error
     if not steps and error is None:
         error = "no training step found" + ("" if fmt else " (format not recognised)")
     return Parsed(fmt or "unknown", steps, error, parser.facts, parser.extra)
+
+
+def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = 1 << 20) -> Parsed:
+    """A text file read in blocks (each cut at its last line end) through ``feed_block``: the same result as
+    ``parse_lines`` over its lines, faster on long logs."""
+    parser = PARSERS[fmt]() if fmt in PARSERS else Unrecognised()
+    steps: list[dict] = []
+    carry = ""
+    for block in iter(lambda: f.read(block_chars), ""):
+        block = carry + block
+        cut = block.rfind("\n") + 1
+        carry = block[cut:]
+        if cut:
+            steps += parser.feed_block(block[:cut])
+    if carry:
+        steps += parser.feed(carry)
+    return finished(parser, steps, fmt)
 
 
 def parse_text(raw: str, fmt: str = "auto") -> Parsed:

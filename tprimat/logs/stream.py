@@ -24,10 +24,15 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
+# A block holding any of these is read line by line: colour codes, fact-bearing lines (argument dumps,
+# launcher command lines, model arguments) and failures need the full per-line path.
+BLOCK_TRIGGERS = ("\x1b", " ...", "torchrun", "torch.distributed.run", "TransformerModelArgs(", "xited with",
+                  *FAILURE_WORDS)
 
 
 class StreamParser:
     format = ""
+    FAST: Optional[re.Pattern] = None  # one whole step line in a block (see ``feed_block``)
 
     def __init__(self) -> None:
         self.facts: facts_mod.Facts = {}
@@ -51,6 +56,45 @@ class StreamParser:
             return self.read(line)
         except (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
             return []  # a mangled line is skipped, never fatal
+
+    def feed_block(self, block: str) -> list[Step]:
+        """Many raw lines at once, ending at a line end: the same steps as feeding them one by one. A format
+        with a ``FAST`` pattern (one whole step line, prefix in group 1) reads its step lines straight from
+        the block; the lines between them, and any block holding a fact, a failure or colour, go line by
+        line."""
+        if self.FAST is None or self.failure or any(word in block for word in BLOCK_TRIGGERS):
+            return self._feed_lines(block)
+        steps, pos = [], 0
+        for m in self.FAST.finditer(block):
+            if m.start() > pos:
+                steps += self._feed_lines(block[pos:m.start()])
+            self.lines += 1
+            steps += self.fast(m)
+            pos = m.end()
+        if pos < len(block):
+            steps += self._feed_lines(block[pos:])
+        return steps
+
+    def _feed_lines(self, text: str) -> list[Step]:
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        steps: list[Step] = []
+        for raw in lines:
+            steps += self.feed(raw)
+        return steps
+
+    def fast(self, match: re.Match) -> list[Step]:
+        raise NotImplementedError
+
+    def prefix_rank(self, prefix: str) -> Optional[int]:
+        """The rank (and world size) a step line's prefix names, as ``feed`` reads them."""
+        if not prefix or prefix.isspace():
+            return None
+        line = clean(prefix)
+        if line.world is not None:
+            facts_mod.state(self.facts, "world_size", line.world, "log: rank prefix rank-N/W")
+        return line.rank
 
     def finish(self) -> list[Step]:
         """The steps still held at the end of the stream."""
@@ -77,6 +121,22 @@ class StreamParser:
         if rank is not None and step.get("step_time_s") is not None:
             step["reported"]["step_time_s_by_rank"] = {str(rank): step["step_time_s"]}
         return done
+
+    def echo(self, key: int, rank: Optional[int]) -> bool:
+        """Whether a line of step ``key`` from ``rank`` can only add that rank's step time: another rank's copy
+        of the held step (rank 0's copy, when a later rank came first, replaces it instead), or a re-print."""
+        if key in self.seen:
+            return True
+        held = self.pending
+        return held is not None and held["step"] == key and not (rank == 0 and self.pending_rank not in (None, 0))
+
+    def rank_time(self, key: int, rank: Optional[int], time_s: Optional[float]) -> None:
+        """Another rank's step time for the held step (the cheap path of ``offer`` for an ``echo`` line)."""
+        if key in self.seen:
+            return
+        by_rank = self.pending["reported"].setdefault("step_time_s_by_rank", {})
+        if rank is not None and time_s is not None:
+            by_rank.setdefault(str(rank), time_s)
 
     def flush(self) -> list[Step]:
         if self.pending is None:

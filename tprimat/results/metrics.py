@@ -43,12 +43,13 @@ def _max_or_none(values: Iterable[Optional[float]]) -> Optional[float]:
 
 def reported_medians(records: list[StepRecord]) -> dict:
     """Median of each figure the framework printed, over the non-warm-up steps that print it."""
-    out = {}
-    for name in REPORTED:
-        values = [r.reported[name] for r in records if not r.warmup and r.reported and r.reported.get(name) is not None]
-        if values:
-            out[name] = statistics.median(values)
-    return out
+    values: dict[str, list] = {name: [] for name in REPORTED}
+    for r in records:
+        if not r.warmup and r.reported:
+            for name, value in r.reported.items():
+                if value is not None and name in values:
+                    values[name].append(value)
+    return {name: statistics.median(v) for name, v in values.items() if v}
 
 
 def summarize(records: list[StepRecord], world_size: Optional[int], flops_per_token: Optional[float],

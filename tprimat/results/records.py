@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepRecord:
     step: int  # optimizer step within its repeat: 1-based in live runs, the framework's own numbering when ingested
     step_time_s: Optional[float]  # wall time of the whole optimizer step, device-synchronised (None: not printed)
@@ -21,7 +21,15 @@ class StepRecord:
     reported: Optional[dict] = None  # ingested logs: what the framework itself printed for this step
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The record as the result's step object (``reported`` is shared, not copied: a log of 300k steps
+        holds one copy of what its framework printed)."""
+        return {"step": self.step, "step_time_s": self.step_time_s, "tokens": self.tokens, "loss": self.loss,
+                "lr": self.lr, "grad_norm": self.grad_norm, "memory_gib": self.memory_gib,
+                "peak_memory_gib": self.peak_memory_gib, "repeat": self.repeat, "warmup": self.warmup,
+                "reported": self.reported}
+
+
+FIELD_NAMES = tuple(f.name for f in fields(StepRecord))  # as_dict's keys, in this order (a test holds them equal)
 
 
 def tokens_of(step: dict, gbs: Optional[int], seq: Optional[int], previous: Optional[dict]) -> Optional[int]:
@@ -56,7 +64,8 @@ def step_time_of(step: dict, tokens: Optional[int], world: Optional[int], warnin
 def record_from_step(step: dict, gbs: Optional[int], seq: Optional[int], world: Optional[int],
                      previous: Optional[dict], warmup: bool, warnings: list[str]) -> StepRecord:
     """A parsed log step (``tprimat.logs``) as a step record: the one conversion ingest and live backends share."""
-    step["reported"] = dict(step.get("reported") or {})
+    if step.get("reported") is None:
+        step["reported"] = {}
     tokens = tokens_of(step, gbs, seq, previous)
     return StepRecord(step=int(step["step"]), step_time_s=step_time_of(step, tokens, world, warnings), tokens=tokens,
                       loss=step.get("loss"), lr=step.get("lr"), grad_norm=step.get("grad_norm"),
