@@ -180,12 +180,12 @@ def _blocks_equal_lines(path, fmt):
 
 
 SHORT_AND_ODD = """iteration 1/ 4 | lm loss: 2.0 | elapsed time per iteration (ms): 10.0 |
-0: [2026-01-01 00:00:00] iteration        2/       4 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | lm loss: 1.9 | global batch size: 32 |
-1: [2026-01-01 00:00:00] iteration        2/       4 | consumed samples: 64 | elapsed time per iteration (ms): 950.0 | lm loss: 1.9 | global batch size: 32 |
+0: [2026-01-01 00:00:00] iteration    2/   4 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | lm loss: 1.9 |
+1: [2026-01-01 00:00:00] iteration    2/   4 | consumed samples: 64 | elapsed time per iteration (ms): 950.0 | lm loss: 1.9 |
 [Rank 0] (after 2 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: 3000.0
-[rank1]: iteration        3/       4 | consumed samples: 96 | elapsed time per iteration (ms): 980.0 | lm loss: 1.8 | global batch size: 32 |
-[rank0]: iteration        3/       4 | consumed samples: 96 | elapsed time per iteration (ms): 910.0 | lm loss: 1.7 | global batch size: 32 |
-[32m0: iteration        4/       4 | consumed samples: 128 | elapsed time per iteration (ms): 905.0 | lm loss: 1.6 | global batch size: 32 |[0m
+[rank1]: iteration    3/   4 | consumed samples: 96 | elapsed time per iteration (ms): 980.0 | lm loss: 1.8 |
+[rank0]: iteration    3/   4 | consumed samples: 96 | elapsed time per iteration (ms): 910.0 | lm loss: 1.7 |
+\x1b[32m0: iteration    4/   4 | consumed samples: 128 | elapsed time per iteration (ms): 905.0 | lm loss: 1.6 |\x1b[0m
 """
 
 

@@ -58,7 +58,18 @@ BAD = [
     (["model.num_kv_heads=3"], ["model.num_attention_heads=8", "model.num_kv_heads=3", "multiple of KV heads"]),
     (["training.seq_length=4096"], ["training.seq_length=4096", "model.max_position_embeddings=2048"]),
     (["framework.name=caffe"], ["framework.name=caffe", "unknown backend", "native"]),
+    # out-of-range reals that used to train to NaN or fail at run time
+    (["model.rope_theta=0"], ["model.rope_theta=0.0", "must be > 0"]),
+    (["training.optimizer.eps=-1"], ["training.optimizer.eps=-1.0", "must be > 0"]),
+    (["platform.price_per_device_hour_usd=-5"], ["platform.price_per_device_hour_usd=-5.0", "must be > 0"]),
+    (["model.rms_norm_eps=0"], ["model.rms_norm_eps=0.0", "must be > 0"]),
+    (["framework.timeout_min=0"], ["framework.timeout_min=0.0", "must be > 0"]),
+    # 10^12 sequences of 256 tokens: 2.56e14 token ids, 16 bytes each with labels = 3,814,697 GiB
+    (["training.global_batch_size=1000000000000"],
+     ["training.global_batch_size=1000000000000", "training.seq_length=256", "3,814,697 GiB", "lower global_batch_size"]),
 ]
+NON_FINITE = ["training.optimizer.lr=inf", "training.optimizer.lr=nan", "training.optimizer.weight_decay=nan",
+              "benchmark.telemetry_interval_s=nan", "model.rope_theta=-inf", "platform.price_per_device_hour_usd=inf"]
 
 
 def problems_for(overrides, hw=None, dry_run=True):
@@ -132,3 +143,42 @@ def test_a_backend_whose_package_is_missing_says_how_to_install(monkeypatch):
     monkeypatch.setitem(FRAMEWORKS, "ghost", FrameworkInfo("ghost", "no_such_module.backend", "a framework", "ghost"))
     with pytest.raises(backends.BackendUnavailable, match=r"not installed.*pip install 'tprimat\[ghost\]'"):
         backends.load("ghost")
+
+
+@pytest.mark.parametrize("override", NON_FINITE)
+def test_non_finite_numbers_are_refused_at_the_typed_boundary(override):
+    key, _, value = override.partition("=")
+    with pytest.raises(SpecError) as info:
+        build_spec(compose([override]), detect())
+    assert info.value.problems == [f"{key}={float(value)}: must be a finite number"]
+
+
+def test_an_unresolvable_interpolation_is_invalid_with_one_line(tmp_path):
+    proc = run_launch(tmp_path, "training.optimizer.lr=${foo.bar}", "logging.wandb.mode=disabled")
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "invalid" and result["error"] == (
+        "cannot resolve the config: InterpolationKeyError: Interpolation key 'foo.bar' not found")
+
+
+def test_a_secret_an_interpolation_resolves_never_reaches_messages_or_results(tmp_path):
+    secret = "sk-test-0123456789abcdef"
+    env = {"WANDB_API_KEY": secret}
+    for run in ("typo", "named"):
+        (tmp_path / run).mkdir()
+    typo = run_launch(tmp_path / "typo", "training.optimizer.lr=${oc.env:WANDB_API_KEY}",
+                      "logging.wandb.mode=disabled", env=env)
+    named = run_launch(tmp_path / "named", "run_name=${oc.env:WANDB_API_KEY}", "training.max_steps=2",
+                       "benchmark.warmup_steps=0", "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
+                       env=env)
+    assert typo.returncode == 2 and named.returncode == 0, named.stderr[-2000:]
+    for proc, run in ((typo, "typo"), (named, "named")):
+        assert secret not in proc.stdout + proc.stderr
+        text = (tmp_path / run / "result.json").read_text()
+        assert secret not in text and "<redacted WANDB_API_KEY>" in text
+
+
+def test_an_over_long_override_is_one_line_and_exit_2(tmp_path):
+    proc = run_launch(tmp_path, "model=" + "x" * 5000)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "invalid: model=<5000 characters>: an override must be at most 1000 characters"

@@ -7,13 +7,28 @@ import sys
 from pathlib import Path
 
 
-def check(paths: list[str]) -> int:
-    from tprimat.results.result import read_result, validate_result
+def check(paths: list[str], rebuild_missing: bool = False) -> int:
+    """Validate result files (or run directories); a run directory whose result.json is missing but whose
+    steps.jsonl survived is reported, or with ``--rebuild`` given a ``failed`` result rebuilt from it."""
+    from tprimat.results.result import RESULT_FILE, read_result, validate_result, write_result
+    from tprimat.results.steplog import STEPS_FILE, rebuild
 
     bad = 0
-    for path in paths:
+    for path in map(Path, paths):
+        if path.is_dir() and not (path / RESULT_FILE).exists() and (path / STEPS_FILE).exists():
+            if not rebuild_missing:
+                bad += 1
+                print(f"{path}: no {RESULT_FILE}; {STEPS_FILE} holds the measured steps "
+                      f"(tprimat check --rebuild {path} writes a failed result from them)")
+                continue
+            try:
+                print(f"{path}: rebuilt a failed result from {STEPS_FILE} -> {write_result(rebuild(path), path)}")
+            except OSError as exc:
+                bad += 1
+                print(f"{path}: cannot write the rebuilt result: {exc}")
+                continue
         try:
-            problems = validate_result(read_result(Path(path)))
+            problems = validate_result(read_result(path))
         except (OSError, ValueError) as exc:
             problems = [f"cannot read: {exc}"]
         bad += bool(problems)
@@ -46,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("launch", help="run a benchmark: tprimat launch [group=option ...] [key=value ...]")
     check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
-    check_parser.add_argument("results", nargs="+")
+    check_parser.add_argument("results", nargs="+", help="result files or run directories")
+    check_parser.add_argument("--rebuild", action="store_true",
+                              help="a run directory without result.json: write a failed result from its steps.jsonl")
     from tprimat.compare.cli import add_arguments as compare_arguments
     from tprimat.execute.preflight import add_arguments as preflight_arguments
 
@@ -60,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     plan_parser.add_argument("--out", help="CSV of every point (default: print only)")
     args = parser.parse_args(argv)
     if args.command == "check":
-        sys.exit(check(args.results))
+        sys.exit(check(args.results, args.rebuild))
     if args.command == "compare":
         from tprimat.compare.cli import run as compare
 
@@ -75,3 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     from tprimat.execute.preflight import run as preflight
 
     sys.exit(preflight(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -10,10 +10,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from tprimat.compose import CONFIG_DIR, register_configs, to_plain
-from tprimat.execute.run import EXIT_OK, execute
+from tprimat.execute.run import EXIT_INVALID, EXIT_OK, execute, refuse_config
 
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
 
@@ -28,13 +29,43 @@ def task(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logging.wandb.group is None:  # one W&B group per sweep
         cfg.logging.wandb.group = sweep_group(Path(str(hydra_cfg.sweep.dir)))
-    outcome = execute(to_plain(cfg), Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task))
+    run_dir, overrides = Path(hydra_cfg.runtime.output_dir), task_overrides(hydra_cfg)
+    try:
+        plain = to_plain(cfg)
+    except OmegaConfBaseException as exc:  # ${missing.key}, ${oc.env:UNSET}, a resolved value of the wrong type
+        outcome = refuse_config(f"cannot resolve the config: {one_line(exc)}", run_dir, overrides)
+    else:
+        outcome = execute(plain, run_dir, overrides)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # one bad point never stops a sweep
-        SWEEP_OUTCOMES.append((" ".join(hydra_cfg.overrides.task), outcome.status))
+        SWEEP_OUTCOMES.append((" ".join(overrides), outcome.status))
         return outcome.exit_code
     if outcome.exit_code != EXIT_OK:
         sys.exit(outcome.exit_code)
     return outcome.exit_code
+
+
+MAX_OVERRIDE_CHARS = 1000
+
+
+def task_overrides(hydra_cfg) -> list[str]:
+    """The command line's overrides as typed: not resolved (``${...}`` in one is the user's text)."""
+    return [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
+
+
+def one_line(exc: BaseException) -> str:
+    """OmegaConf's message without its multi-line context (full_key, object_type)."""
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def refuse_long_overrides(argv: list[str]) -> None:
+    """An override longer than any real value (a pasted file, a runaway script) is refused before Hydra turns
+    it into a file name: one line, exit 2."""
+    for arg in argv:
+        if len(arg) > MAX_OVERRIDE_CHARS:
+            key = arg.partition("=")[0][:60]
+            print(f"invalid: {key}=<{len(arg) - len(key) - 1} characters>: an override must be at most "
+                  f"{MAX_OVERRIDE_CHARS} characters", file=sys.stderr)
+            sys.exit(EXIT_INVALID)
 
 
 def sweep_group(sweep_dir: Path) -> str:
@@ -45,6 +76,7 @@ def sweep_group(sweep_dir: Path) -> str:
 def main() -> None:
     from tprimat.execute.distributed import rank_env
 
+    refuse_long_overrides(sys.argv[1:])
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
         sys.argv.append("hydra.output_subdir=null")

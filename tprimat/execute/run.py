@@ -16,15 +16,18 @@ from typing import Optional
 from tprimat.backends.base import RunOutcome
 from tprimat.execute.distributed import RankEnv, device_type, rank_env, rank_summary, run_on_this_rank
 from tprimat.execute.prepare import Prepared, prepare
+from tprimat.execute.signals import Interrupted, signals_raise
 from tprimat.execute.spawn import spawn_local
 from tprimat.measure import environment
 from tprimat.measure.devices import detect
 from tprimat.measure.telemetry import Sampler, open_source
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord
-from tprimat.results.result import make_result, new_run_id, write_result, write_unsuccessful
+from tprimat.results.result import make_result, new_run_id, write_result
+from tprimat.results.steplog import StepLog, read_steps, records_of
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 from tprimat.spec.schema import TprimatConf
+from tprimat.spec.secrets import redact
 
 log = logging.getLogger("tprimat")
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -41,11 +44,15 @@ class Outcome:
 def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Outcome:
     """Run (or dry-run) the benchmark that ``config`` (a composed, plain config) describes."""
     hw = detect()
-    common = {"run_id": new_run_id(), "environment": environment.collect(hw), "overrides": list(overrides or [])}
+    common = {"run_id": new_run_id(), "environment": environment.collect(hw),
+              "overrides": redact(list(overrides or []))}
+    config = redact(config)  # a credential an interpolation resolved never reaches the spec or the result
     try:
         spec = build_spec(config, hw)
     except SpecError as exc:
         return _invalid(exc.problems, run_dir, common, config)
+    except Exception as exc:  # noqa: BLE001 - whatever else breaks the spec is bad input too: one line, exit 2
+        return _invalid([f"cannot build the run spec: {type(exc).__name__}: {exc}"], run_dir, common, None)
     prepared = prepare(spec, hw, dry_run=spec.dry_run)
     spec_dict = spec_to_dict(spec)
     if prepared.problems:
@@ -62,6 +69,14 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
     if prepared.backend_problems:
         return _invalid(prepared.backend_problems, run_dir, common, spec_dict, plan_dict, framework)
     return _train(prepared, plan_dict, framework, run_dir, common)
+
+
+def refuse_config(problem: str, run_dir: Path, overrides: Optional[list] = None) -> Outcome:
+    """A config that cannot even be resolved (an interpolation of a missing key or variable, a value of the
+    wrong type): an ``invalid`` result with that one line, exit 2."""
+    common = {"run_id": new_run_id(), "environment": environment.collect(detect()),
+              "overrides": redact(list(overrides or []))}
+    return _invalid([problem], run_dir, common, None)
 
 
 def _generated(config: Optional[dict]) -> dict:
@@ -106,10 +121,12 @@ class Measured:
 class StepObserver:
     """Called for every measured step on the writing rank: telemetry marks, W&B, the console line."""
 
-    def __init__(self, spec: TprimatConf, sampler, sink) -> None:
-        self.spec, self.sampler, self.sink = spec, sampler, sink
+    def __init__(self, spec: TprimatConf, sampler, sink, step_log: Optional[StepLog] = None) -> None:
+        self.spec, self.sampler, self.sink, self.step_log = spec, sampler, sink, step_log
 
     def __call__(self, record: StepRecord) -> None:
+        if self.step_log:
+            self.step_log.append(record)
         if self.sampler:
             self.sampler.mark(measured=not record.warmup)
         if self.sink:
@@ -127,7 +144,14 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     sink = _wandb_sink(spec, run_dir, common) if is_writer else None
     spawned = plan.world_size > 1 and env is None and not prepared.backend.launches_own_ranks
     sampler, telemetry = _sampler(spec, plan.world_size, spawned) if is_writer else (None, None)
-    measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink), sink if spawned else None)
+    header = {"run_id": common["run_id"], "spec": common["spec"], "spec_hash": common["spec_hash"],
+              "plan": plan_dict, "overrides": common["overrides"]}
+    step_log = StepLog(run_dir, header) if is_writer and not spawned else None  # spawned: rank 0 writes it
+    with signals_raise():
+        measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink, step_log),
+                            sink if spawned else None, header)
+    if step_log:
+        step_log.close()
     if measured is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
         return Outcome("ok", EXIT_OK, None, {})
     if sampler:
@@ -138,7 +162,7 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
 
 
 def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver,
-             replay_sink) -> Optional[Measured]:
+             replay_sink, header: dict) -> Optional[Measured]:
     """Train through the backend; an exception after validation becomes the run's error, never a crash."""
     measured = Measured()
     spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
@@ -146,26 +170,31 @@ def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer
         if plan.world_size == 1 or backend.launches_own_ranks:
             measured.outcome = backend.run(spec, plan, lambda r: (measured.records.append(r), observer(r)), run_dir)
             return measured
-        ranked = _run_ranks(prepared, run_dir, env, observer)
+        ranked = _run_ranks(prepared, run_dir, env, observer, header)
         if ranked is None:
             return None
         measured.records, measured.outcome, measured.ranks = ranked.steps, ranked.outcome, rank_summary(ranked)
         for record in measured.records if replay_sink else ():  # ranks ran in child processes: W&B gets them now
             replay_sink.on_step(record)
+    except Interrupted as exc:  # SIGTERM / SIGINT: a failed result that says so, with every step so far
+        measured.error = f"{exc}: the run was stopped; the steps measured before it are kept"
+        log.error("run %s", measured.error)
     except Exception as exc:  # noqa: BLE001 - a run that breaks after validation is a result too
         measured.error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
         log.error("run failed: %s: %s", type(exc).__name__, exc)
+    if measured.error and not measured.records and env is None and plan.world_size > 1:
+        measured.records = records_of(read_steps(run_dir)[1])  # local ranks: rank 0 wrote them as it went
     return measured
 
 
-def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver):
+def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver, header: dict):
     """Several ranks: this process is one of them (torchrun / Slurm), or it starts them on this node."""
     spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
     if env is not None:
         return run_on_this_rank(lambda cb: backend.run(spec, plan, cb, run_dir), env, device_type(spec.platform.name),
                                 on_step=observer)
     log.info("launching %d local ranks", plan.world_size)
-    return spawn_local(spec_to_dict(spec), run_dir, plan.world_size)
+    return spawn_local(spec_to_dict(spec), run_dir, plan.world_size, header=header)
 
 
 def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, framework: dict, telemetry,
@@ -240,16 +269,22 @@ def _shown(value: Optional[float], spec: str) -> str:
 
 def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict], plan: Optional[dict] = None,
              framework: Optional[dict] = None) -> Outcome:
+    problems = redact(problems)
     for line in problems:
         log.error("invalid: %s", line)
     fields = {k: v for k, v in common.items() if k not in ("spec", "spec_hash")}
-    path, result = write_unsuccessful(run_dir, "invalid", "\n".join(problems), spec=spec, plan=plan,
-                                      framework=framework, **fields)
-    log.info("result (invalid): %s", path)
-    return Outcome("invalid", EXIT_INVALID, path, result)
+    result = make_result(status="invalid", error="\n".join(problems), spec=spec, plan=plan, framework=framework,
+                         **fields)
+    return _finish(result, run_dir, EXIT_INVALID)
 
 
 def _finish(result: dict, run_dir: Path, exit_code: int) -> Outcome:
-    path = write_result(result, run_dir)
+    """Write result.json; a full or read-only disk is one line naming the path and the error, exit 1 (the
+    measured steps stay in steps.jsonl where it could be written)."""
+    try:
+        path = write_result(result, run_dir)
+    except OSError as exc:
+        log.error("cannot write the %s result to %s: %s", result["status"], Path(run_dir) / "result.json", exc)
+        return Outcome(result["status"], max(exit_code, EXIT_FAILED), None, result)
     log.info("result (%s): %s", result["status"], path)
     return Outcome(result["status"], exit_code, path, result)

@@ -13,6 +13,7 @@ from tprimat.execute.distributed import device_type, exit_rank, rank_env, run_on
 from tprimat.execute.prepare import prepare
 from tprimat.measure.devices import detect
 from tprimat.results.result import atomic_write_json
+from tprimat.results.steplog import StepLog
 from tprimat.spec.build import build_spec
 
 log = logging.getLogger("tprimat")
@@ -26,14 +27,20 @@ def show(record, max_steps: int) -> None:
 def main(launch_file: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     hw = detect()
-    prepared = prepare(build_spec(json.loads(Path(launch_file).read_text())["spec"], hw), hw, dry_run=False)
+    launch = json.loads(Path(launch_file).read_text())
+    prepared = prepare(build_spec(launch["spec"], hw), hw, dry_run=False)
     if prepared.all_problems:  # the parent validated the same spec on this host: this is a bug, say so
         raise RuntimeError("rank cannot run the spec its launcher validated: " + "; ".join(prepared.all_problems))
     spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
-    output = Path(os.environ["TPRIMAT_RANK_OUTPUT"])
-    ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step, output.parent), rank_env(),
-                              device_type(spec.platform.name),
-                              on_step=lambda r: show(r, spec.training.max_steps))
+    output, env = Path(os.environ["TPRIMAT_RANK_OUTPUT"]), rank_env()
+    step_log = StepLog(output.parent, launch.get("header") or {}) if env.rank == 0 else None
+
+    def on_step(record) -> None:  # rank 0 only
+        step_log.append(record)
+        show(record, spec.training.max_steps)
+
+    ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step, output.parent), env,
+                              device_type(spec.platform.name), on_step=on_step)
     if ranked is not None:
         atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
                            "rank_losses": ranked.rank_losses, "outcome": dataclasses.asdict(ranked.outcome)},

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import socket
 import subprocess
 from importlib import metadata
@@ -17,13 +16,13 @@ from pathlib import Path
 import psutil
 
 from tprimat.spec.detect import DetectedHardware, cpu_model_name
+from tprimat.spec.secrets import SECRET_NAME
 
 PACKAGES = ("torch", "hydra-core", "omegaconf", "numpy", "wandb", "transformers", "accelerate", "deepspeed",
             "megatron-core", "torchao", "submitit", "hydra-submitit-launcher")
 ENV_PREFIXES = ("CUDA_", "NCCL_", "RCCL_", "HIP_", "ROCM_", "HSA_", "OMP_", "MKL_", "TORCH_", "PYTORCH_",
                 "SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "WANDB_MODE", "WANDB_PROJECT", "WORLD_SIZE",
                 "LOCAL_WORLD_SIZE", "GLOO_")
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
 def package_versions() -> dict:

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import typing
 from dataclasses import fields, is_dataclass
 from typing import Any, Optional
@@ -57,6 +58,8 @@ def construct(cls: type, data: dict, problems: list[str], prefix: str = ""):
             continue
         if not _type_ok(kind, value):
             problems.append(f"{key}={value!r}: must be of type {getattr(kind, '__name__', kind)}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key}={value}: must be a finite number")
         kwargs[f.name] = float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) \
             else value
     return cls(**kwargs)

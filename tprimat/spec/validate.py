@@ -6,10 +6,12 @@ An empty list means the spec can be planned and handed to a backend.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from tprimat.spec import memory
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.frameworks import problem_with
-from tprimat.spec.hardware import PLATFORM_PRECISIONS, lookup
+from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.plan import derived_dp, device_memory, world_size
 from tprimat.spec.schema import TprimatConf
 
@@ -30,6 +32,10 @@ POSITIVE = (
     "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_kv_heads",
     "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
 )
+POSITIVE_REAL = ("training.optimizer.eps", "model.rope_theta", "model.rms_norm_eps", "model.rope_low_freq_factor",
+                 "model.rope_high_freq_factor", "model.rope_scaling_factor", "platform.price_per_device_hour_usd",
+                 "benchmark.telemetry_interval_s", "framework.timeout_min")
+TOKEN_ID_BYTES = 16  # int64 inputs and labels: what one token of a step's batch holds at the least
 NON_NEGATIVE = ("benchmark.warmup_steps", "training.optimizer.warmup_steps", "training.optimizer.weight_decay",
                 "training.optimizer.grad_clip", "training.optimizer.min_lr")
 
@@ -66,8 +72,8 @@ def check_ranges(spec: TprimatConf) -> list[str]:
     elif opt.min_lr > opt.lr:
         problems.append(f"training.optimizer.min_lr={opt.min_lr}, training.optimizer.lr={opt.lr}: "
                         "min_lr must not exceed lr")
-    if spec.benchmark.telemetry_interval_s <= 0:
-        problems.append(f"benchmark.telemetry_interval_s={spec.benchmark.telemetry_interval_s}: must be > 0")
+    problems += [f"{key}={get(spec, key)}: must be > 0" for key in POSITIVE_REAL
+                 if get(spec, key) is not None and not get(spec, key) > 0]
     for key in ("training.optimizer.beta1", "training.optimizer.beta2"):
         if not 0 <= get(spec, key) < 1:
             problems.append(f"{key}={get(spec, key)}: must be in [0, 1)")
@@ -178,10 +184,27 @@ def check_precision(spec: TprimatConf) -> list[str]:
     return []
 
 
+def check_step_data(spec: TprimatConf, capacity: Optional[float], source: str) -> list[str]:
+    """A step's token ids on one data-parallel rank must fit in a device: a global batch beyond that can
+    never run, whatever the accumulation (unknown device: the largest memory in the hardware table)."""
+    if capacity is None:
+        capacity, source = max(d.memory_gib for d in DEVICES.values()), "the largest device in the hardware table"
+    tr, dp = spec.training, derived_dp(spec)
+    gib = tr.global_batch_size / dp * tr.seq_length * TOKEN_ID_BYTES / 2**30
+    if gib <= capacity:
+        return []
+    return [f"training.global_batch_size={tr.global_batch_size}, training.seq_length={tr.seq_length}, "
+            f"parallelism.dp={dp}: one step's token ids alone take {gib:,.0f} GiB per data-parallel rank, more than "
+            f"{capacity:.0f} GiB ({source}); lower global_batch_size"]
+
+
 def check_memory(spec: TprimatConf, hw: DetectedHardware) -> list[str]:
     if check_layout(spec) or check_batch(spec):
         return []
     capacity, source = device_memory(spec, hw)
+    too_big = check_step_data(spec, capacity, source)
+    if too_big:
+        return too_big
     if capacity is None:
         return []
     dp = derived_dp(spec)

@@ -1,0 +1,173 @@
+"""Faults with real processes and real signals: a killed launcher takes its ranks with it, a rank that dies is
+named and stops the others, SIGTERM/SIGINT end in a failed result that keeps the measured steps, steps.jsonl
+survives anything, and a result that cannot be written is one line and exit 1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import QUICK, ROOT, run_inprocess
+from tprimat.results.result import read_result, validate_result
+from tprimat.results.steplog import STEPS_FILE, read_steps, rebuild
+
+LONG_2_RANKS = ["platform=cpu", "platform.devices_per_node=2", "training.max_steps=400", "benchmark.warmup_steps=1",
+                "logging.wandb.mode=disabled", "benchmark.telemetry=false"]
+LONG_1_RANK = ["platform=cpu", "training.max_steps=400", "benchmark.warmup_steps=1", "logging.wandb.mode=disabled"]
+
+
+def start(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "launch.py"), f"hydra.run.dir={run_dir}", *overrides],
+                            cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def ranks_of(proc: subprocess.Popen) -> list[psutil.Process]:
+    return [p for p in psutil.Process(proc.pid).children() if "tprimat.execute.worker" in " ".join(p.cmdline())]
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def measured_steps(run_dir: Path) -> int:
+    return len(read_steps(run_dir)[1])
+
+
+def rank_env_rank(process: psutil.Process) -> int:
+    return int(process.environ()["RANK"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_ranks_die_with_their_launcher(tmp_path, how):
+    proc = start(tmp_path, LONG_2_RANKS)
+    try:
+        ranks = wait_for(lambda: len(ranks_of(proc)) == 2 and ranks_of(proc), 60, "two ranks")
+        wait_for(lambda: measured_steps(tmp_path) >= 2, 120, "two measured steps")
+        proc.send_signal(how)
+        proc.wait(timeout=30)
+        gone, alive = psutil.wait_procs(ranks, timeout=15)
+        assert not alive, f"ranks still running after the launcher got {how.name}: {alive}"
+    finally:
+        proc.kill()
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+    if how == signal.SIGTERM:  # caught: a failed result naming the signal, with the steps measured so far
+        result = read_result(tmp_path)
+        assert result["status"] == "failed" and "SIGTERM" in result["error"] and proc.returncode == 1
+        assert len(result["steps"]) >= 2 and validate_result(result) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before its first step", "after some steps"])
+def test_a_dead_rank_is_named_and_stops_the_others_within_seconds(tmp_path, when):
+    proc = start(tmp_path, LONG_2_RANKS)
+    try:
+        ranks = wait_for(lambda: len(ranks_of(proc)) == 2 and ranks_of(proc), 60, "two ranks")
+        if when == "after some steps":
+            wait_for(lambda: measured_steps(tmp_path) >= 3, 120, "three measured steps")
+        victim = next(p for p in ranks if rank_env_rank(p) == 1)
+        killed_at = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        assert time.monotonic() - killed_at < 20, "the launcher took too long to stop the other rank"
+        gone, alive = psutil.wait_procs(ranks, timeout=10)
+        assert not alive
+    finally:
+        proc.kill()
+    result = read_result(tmp_path)
+    assert proc.returncode == 1 and result["status"] == "failed"
+    assert "rank 1 was killed by SIGKILL (the first rank to fail)" in result["error"], result["error"]
+    assert "rank 0 exited" not in result["error"]
+    if when == "after some steps":
+        assert len(result["steps"]) >= 3  # rank 0 wrote them to steps.jsonl as they were measured
+
+
+@pytest.mark.slow
+def test_sigint_in_a_single_process_run_keeps_its_steps(tmp_path):
+    proc = start(tmp_path, LONG_1_RANK)
+    try:
+        wait_for(lambda: measured_steps(tmp_path) >= 3, 120, "three measured steps")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    result = read_result(tmp_path)
+    assert proc.returncode == 1 and result["status"] == "failed" and "SIGINT" in result["error"]
+    kept = measured_steps(tmp_path)
+    assert len(result["steps"]) == kept >= 3 and result["summary"] is not None
+
+
+def test_every_measured_step_is_on_disk_as_it_is_measured(tmp_path):
+    out = run_inprocess(tmp_path, QUICK)
+    header, steps = read_steps(tmp_path)
+    assert header["run_id"] == out.result["run_id"] and header["plan"]["world_size"] == 1
+    assert steps == out.result["steps"]
+
+
+def test_a_lost_result_is_rebuilt_from_steps_jsonl(tmp_path):
+    out = run_inprocess(tmp_path, QUICK)
+    (tmp_path / "result.json").unlink()
+    with open(tmp_path / STEPS_FILE, "a") as f:
+        f.write('{"step": 9, "step_time_s": 0.1, "tok')  # a line cut short by a crash
+    rebuilt = rebuild(tmp_path)
+    assert rebuilt["status"] == "failed" and rebuilt["run_id"] == out.result["run_id"]
+    assert rebuilt["steps"] == out.result["steps"] and validate_result(rebuilt) == []
+    assert rebuilt["summary"]["tokens_per_s_per_device"] == pytest.approx(out.result["summary"]["tokens_per_s_per_device"])
+    cli = subprocess.run([sys.executable, "-m", "tprimat.cli", "check", str(tmp_path)], capture_output=True, text=True)
+    assert cli.returncode == 1 and "tprimat check --rebuild" in cli.stdout
+    cli = subprocess.run([sys.executable, "-m", "tprimat.cli", "check", "--rebuild", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert read_result(tmp_path)["status"] == "failed"
+
+
+def test_a_result_that_cannot_be_written_is_one_line_and_exit_1(tmp_path, monkeypatch, caplog):
+    import tprimat.results.result as result_module
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(result_module.os, "replace", full_disk)
+    from tests.conftest import compose
+    from tprimat.execute.run import execute
+
+    outcome = execute(compose(QUICK), tmp_path, QUICK)
+    assert outcome.exit_code == 1 and outcome.result_path is None
+    assert any("cannot write the ok result to" in r.message and "No space left" in r.message for r in caplog.records)
+    assert not list(tmp_path.glob(".result-*"))  # no temp file left behind
+    assert len(read_steps(tmp_path)[1]) == 4  # the steps are on disk all the same
+
+
+def test_steps_jsonl_write_errors_never_stop_training(tmp_path, monkeypatch):
+    from tprimat.results import steplog
+
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    log = steplog.StepLog(tmp_path, {"run_id": "x"})
+    log.file = Full()
+    log._write({"step": 1})
+    assert "No space left" in log.error and log.file is None
+    log._write({"step": 2})  # a no-op now, not a crash
+    assert json.loads((tmp_path / STEPS_FILE).read_text().splitlines()[0]) == {"header": {"run_id": "x"}}
