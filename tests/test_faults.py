@@ -171,3 +171,47 @@ def test_steps_jsonl_write_errors_never_stop_training(tmp_path, monkeypatch):
     assert "No space left" in log.error and log.file is None
     log._write({"step": 2})  # a no-op now, not a crash
     assert json.loads((tmp_path / STEPS_FILE).read_text().splitlines()[0]) == {"header": {"run_id": "x"}}
+
+
+def test_a_claimed_run_directory_is_refused_before_anything_is_written(tmp_path):
+    from tests.conftest import run_launch
+    from tprimat.execute.claim import claim
+
+    held = claim(tmp_path)  # another run holds it (a real flock, from this process)
+    try:
+        proc = run_launch(tmp_path, *QUICK)
+    finally:
+        held.close()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().startswith(f"invalid: hydra.run.dir={tmp_path}: in use by another tprimat run (pid ")
+    assert not (tmp_path / ".hydra").exists() and not (tmp_path / "result.json").exists()
+    assert run_launch(tmp_path, *QUICK).returncode == 0  # released: the directory can be used again
+
+
+def test_a_claimed_sweep_directory_is_refused(tmp_path):
+    from tprimat.execute.claim import claim
+
+    held = claim(tmp_path)
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
+                               "training.max_steps=2,3", "benchmark.warmup_steps=0", "logging.wandb.mode=disabled"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        held.close()
+    assert proc.returncode == 2 and "invalid: hydra.sweep.dir=" in proc.stderr and "in use" in proc.stderr
+    assert not list(tmp_path.glob("*/result.json")) and not (tmp_path / "sweep_summary.csv").exists()
+
+
+def test_a_claim_dies_with_its_process(tmp_path):
+    from tprimat.execute.claim import DirectoryClaimed, claim
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from tprimat.execute.claim import claim; h = claim(Path(sys.argv[1])); "
+                               "print('held', flush=True); time.sleep(60)", str(tmp_path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(DirectoryClaimed, match=f"pid {holder.pid} on "):
+        claim(tmp_path)
+    holder.kill()
+    holder.wait()
+    claim(tmp_path).close()  # SIGKILL left no stale claim

@@ -9,19 +9,46 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from tprimat.compose import CONFIG_DIR, register_configs, to_plain
+from tprimat.execute.claim import DirectoryClaimed, claim
 from tprimat.execute.run import EXIT_INVALID, EXIT_OK, execute, refuse_config
 
+CLAIMS: list = []  # lock files of the directories this process claimed, held until it exits
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
 
 register_configs()
 # conf/hydra/launcher/submitit_{slurm,local}.yaml reuse hydra-submitit-launcher's names and keys for tprimat's
 # launchers; Hydra checks them against that plugin's schema of the same name (wanted) and warns that it does.
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_(slurm|local)' is validated against")
+
+
+class ClaimDirectory(Callback):
+    """Hydra callback (conf/config.yaml ``hydra.callbacks.claim``): the run or sweep directory is claimed before
+    Hydra writes anything into it; a second launch into it exits 2 with one line."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._claim(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._claim(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+    @staticmethod
+    def _claim(directory, key: str) -> None:
+        from tprimat.execute.distributed import rank_env
+
+        env = rank_env()
+        if env is not None and env.rank != 0:  # torchrun / srun: rank 0 holds the claim for the run
+            return
+        try:
+            CLAIMS.append(claim(Path(str(directory))))
+        except DirectoryClaimed as exc:
+            print(f"invalid: {key}={directory}: {exc}", file=sys.stderr)
+            sys.exit(EXIT_INVALID)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
