@@ -140,10 +140,12 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
 
 def collect(point: PointState, job) -> JobReturn:
     """The job's outcome; a job that was cancelled, timed out or died becomes a failed result."""
-    from tprimat.sweep.launch import record_job_failure
+    from tprimat.sweep.launch import record_job_failure, record_scheduler_end
 
     try:
-        return job.results()[0]
+        ret = job.results()[0]
+        record_scheduler_end(point, job)
+        return ret
     except Exception as exc:  # noqa: BLE001 - UncompletedJobError, FailedJobError, ...
         record_job_failure(point, job, exc)
         ret = JobReturn()

@@ -23,7 +23,7 @@ from tprimat.measure.devices import detect
 from tprimat.measure.telemetry import Sampler, open_source
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord
-from tprimat.results.result import make_result, new_run_id, write_result
+from tprimat.results.result import make_result, new_run_id, scheduler_reason, with_scheduler_reason, write_result
 from tprimat.results.steplog import StepLog, read_steps, records_of
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 from tprimat.spec.schema import TprimatConf
@@ -281,6 +281,8 @@ def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[di
 def _finish(result: dict, run_dir: Path, exit_code: int) -> Outcome:
     """Write result.json; a full or read-only disk is one line naming the path and the error, exit 1 (the
     measured steps stay in steps.jsonl where it could be written)."""
+    if result["status"] != "ok" and (reason := scheduler_reason(run_dir)):  # the launcher got here first
+        result = with_scheduler_reason(result, reason)
     try:
         path = write_result(result, run_dir)
     except OSError as exc:

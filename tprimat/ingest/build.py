@@ -7,6 +7,7 @@ framework printed it (marked ``reported``), else null.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import copy
 import gc
@@ -170,7 +171,7 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
 def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
     """A text log, streamed line by line (the format detected from its head): memory stays bounded by the
     records, not the file."""
-    with open(path, errors="replace") as f, paused_gc():
+    with open(path, encoding=encoding_of(path), errors="replace") as f, paused_gc():
         chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
         f.seek(0)
         parsed = parse_stream(f, chosen)
@@ -180,6 +181,17 @@ def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
             digest.update(block)
     with paused_gc():
         return ingest_parsed(parsed, path.name, meta, digest.hexdigest())
+
+
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE first: it starts like UTF-16 LE
+
+
+def encoding_of(path: Path) -> str:
+    """The text encoding a byte-order mark names (a log saved by Windows tools, PowerShell's UTF-16), else UTF-8."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return next((name for bom, name in BOMS if head.startswith(bom)), "utf-8")
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
-from tprimat.results.result import write_result
+from tprimat.results.result import make_result, new_run_id, write_result
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
@@ -56,11 +56,32 @@ def run(args: argparse.Namespace, compose) -> int:
         print(f"no logs found under {' '.join(paths)}")
         return 1
     meta, out = meta_from(args, compose), Path(args.out)
+    unread: list[tuple[Path, str]] = []
     for path in runs:
-        result = ingest_file(path, meta, args.format)
-        target = write_result(result, out / f"{path.stem}-{result['run_id']}")
+        try:
+            result = ingest_file(path, meta, args.format)
+        except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
+            result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
+        if result["source"].get("format") in (None, "unknown") or result["source"].get("unreadable"):
+            unread.append((path, (result["error"] or "").splitlines()[0][:200]))
+        try:
+            target = write_result(result, out / f"{path.stem}-{result['run_id']}")
+        except OSError as exc:
+            unread.append((path, f"cannot write its result: {exc}"))
+            continue
         steps = len(result["steps"])
         print(f"{path}: {result['source']['format']}, {steps} steps, status {result['status']} -> {target}")
         if result["error"]:
             print("  " + result["error"].splitlines()[0][:200])
-    return 0
+    if unread:
+        print(f"{len(unread)} of {len(runs)} files could not be ingested:")
+        for path, why in unread:
+            print(f"  {path}: {why}")
+    return 1 if unread else 0
+
+
+def unreadable(path: Path, error: str, meta: Meta) -> dict:
+    """A ``failed`` result for a file that could not be read at all, saying why."""
+    return make_result(run_id=new_run_id(), status="failed", error=error, spec=None, warnings=[error],
+                       overrides=meta.overrides, source={"kind": "ingested", "format": "unknown", "file": path.name,
+                                                         "unreadable": True})

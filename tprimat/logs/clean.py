@@ -8,10 +8,10 @@ import re
 from typing import NamedTuple, Optional
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-SRUN = re.compile(r"^\s*(\d+):\s+")  # srun --label: "3:  " (a task id: a rank, or a node under torchrun)
-TORCHRUN = re.compile(r"^\[rank(\d+)\]:")  # torchrun --tee: "[rank0]:" (possibly doubled)
+SRUN = re.compile(r"^\s*(\d{1,9}):\s+")  # srun --label: "3:  " (a task id: a rank, or a node under torchrun)
+TORCHRUN = re.compile(r"^\[rank(\d{1,9})\]:")  # torchrun --tee: "[rank0]:" (possibly doubled)
 RAY = re.compile(r"^\([\w-]+, pid=\d+\)\s*")  # Ray / SkyPilot: "(pretraining, pid=4112) "
-PRIMUS = re.compile(r"^\[\d{8} \d\d:\d\d:\d\d\]\[rank-(\d+)/(\d+)\]\[\s*\w+\s*\]\s*(?:\[-*[\w.]+:\d+\]\s*:)?\s*")
+PRIMUS = re.compile(r"^\[\d{8} \d\d:\d\d:\d\d\]\[rank-(\d{1,9})/(\d{1,9})\]\[\s*\w+\s*\]\s*(?:\[-*[\w.]+:\d+\]\s*:)?\s*")
 PREFIX_START = frozenset("0123456789 \t[(")
 
 

@@ -24,6 +24,7 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
+MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError)  # what a bad line raises
 # A block holding any of these is read line by line: colour codes, fact-bearing lines (argument dumps,
 # launcher command lines, model arguments) and failures need the full per-line path.
 BLOCK_TRIGGERS = ("\x1b", " ...", "torchrun", "torch.distributed.run", "TransformerModelArgs(", "xited with",
@@ -54,7 +55,7 @@ class StreamParser:
         facts_mod.read_line(line.text, self.facts)
         try:
             return self.read(line)
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError):
+        except MANGLED:
             return []  # a mangled line is skipped, never fatal
 
     def feed_block(self, block: str) -> list[Step]:
@@ -69,7 +70,10 @@ class StreamParser:
             if m.start() > pos:
                 steps += self._feed_lines(block[pos:m.start()])
             self.lines += 1
-            steps += self.fast(m)
+            try:
+                steps += self.fast(m)
+            except MANGLED:
+                pass  # a mangled line is skipped, never fatal (as in ``feed``)
             pos = m.end()
         if pos < len(block):
             steps += self._feed_lines(block[pos:])

@@ -103,6 +103,26 @@ def finite(value):
     return value
 
 
+SCHEDULER = "scheduler: "  # the warning a sweep launcher adds when the scheduler ended the job (cancel, time limit)
+
+
+def with_scheduler_reason(result: dict, reason: str) -> dict:
+    """A job's own failed result with why the scheduler ended it in front (once)."""
+    if any(w.startswith(SCHEDULER) for w in result.get("warnings") or []):
+        return result
+    error = f"{reason}; {result['error']}" if result.get("error") else reason
+    return {**result, "error": error, "warnings": [SCHEDULER + reason, *(result.get("warnings") or [])]}
+
+
+def scheduler_reason(directory: Path) -> Optional[str]:
+    """The scheduler's reason a launcher already recorded in this run directory, if any."""
+    try:
+        written = json.loads((Path(directory) / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return next((w[len(SCHEDULER):] for w in written.get("warnings") or [] if w.startswith(SCHEDULER)), None)
+
+
 def write_result(result: dict, directory: Path) -> Path:
     """Write ``result.json`` atomically."""
     return atomic_write_json(result, Path(directory) / RESULT_FILE)

@@ -8,12 +8,14 @@ import functools
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
 from tprimat.execute.prepare import prepare
 from tprimat.measure.devices import detect
-from tprimat.results.result import RESULT_FILE, write_unsuccessful
+from tprimat.results.result import RESULT_FILE, SCHEDULER, with_scheduler_reason, write_result, write_unsuccessful
+from tprimat.results.steplog import rebuild
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 
 log = logging.getLogger("tprimat")
@@ -102,10 +104,38 @@ def record_job_failure(point, job, exc: Exception) -> str:
     """A job that was cancelled, timed out or died: a ``failed`` result (unless it finished ok), the reason."""
     reason = f"job {job.job_id} ended {_state(job)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
     existing = point.run_dir / RESULT_FILE
-    if not (existing.exists() and json.loads(existing.read_text()).get("status") == "ok"):
-        write_unsuccessful(point.run_dir, "failed", reason, overrides=point.overrides)
+    try:
+        own = json.loads(existing.read_text()) if existing.exists() else rebuild(point.run_dir)
+    except ValueError:
+        own = None
+    if own is None:
+        write_unsuccessful(point.run_dir, "failed", reason, overrides=point.overrides, warnings=[SCHEDULER + reason])
+    elif own.get("status") != "ok":  # the job's own failed result (a caught SIGTERM) or its steps: keep them
+        write_result(with_scheduler_reason(own, reason), point.run_dir)
     log.error("#%d %s", point.idx, reason)
     return reason
+
+
+ENDED_BY_SCHEDULER = ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE")
+
+
+def record_scheduler_end(point, job, settle_s: float = 30.0) -> None:
+    """A job that caught the scheduler's SIGTERM wrote its own failed result and returned: say what the
+    scheduler did (cancelled, out of time, preempted) in that result too. The scheduler's final state can
+    lag the job's return by a few seconds (still RUNNING while it completes): it is polled for that long."""
+    existing = point.run_dir / RESULT_FILE
+    try:
+        own = json.loads(existing.read_text())
+    except (OSError, ValueError):
+        return
+    if own.get("status") == "ok":
+        return
+    deadline, state = time.monotonic() + settle_s, _state(job)
+    while state.startswith(("RUNNING", "COMPLETING")) and time.monotonic() < deadline:
+        time.sleep(1)
+        state = _state(job)
+    if state.startswith(ENDED_BY_SCHEDULER):
+        write_result(with_scheduler_reason(own, f"job {job.job_id} ended {state}"), point.run_dir)
 
 
 def _state(job) -> str:

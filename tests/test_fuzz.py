@@ -1,0 +1,108 @@
+"""Ingest never raises: mutated lines of every format, fed to every parser line by line and in blocks, then
+made into records, a summary and a result, raise nothing; bad files fail alone; BOM-marked encodings decode."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_ingest import DEEPSPEED, HF, MEGATRON, NEMO, PRIMUS, TITAN
+from tests.test_provenance import ARGS_DUMP, MEGATRON_DS, MLPERF, RANKED, SHORT_AND_ODD
+from tprimat.compose import compose
+from tprimat.ingest.build import Meta, ingest_parsed
+from tprimat.logs.parsers import PARSERS, Parsed, finished, parse_stream
+from tprimat.results.result import validate_result
+
+LINES = [line for text in (MEGATRON, PRIMUS, NEMO, TITAN, DEEPSPEED, HF, RANKED, MEGATRON_DS, MLPERF, ARGS_DUMP,
+                           SHORT_AND_ODD) for line in text.splitlines() if line.strip()]
+NASTY = ["nan", "NaN", "inf", "-inf", "1e999", "-1e999", "9" * 5000, ".", "", ":", "|", "/", "(avg", ")", "-1", "0",
+         "0.0", "\x00", "\ufffd", "\r", "\x1b[31m", "{", "}", "[", "]", "'", '"', ",", "1,000", "%", "e", "-", "/0"]
+META = Meta(compose, ["world_size=2", "training.seq_length=128"], warmup_steps=1)
+
+
+@st.composite
+def mutated_line(draw) -> str:
+    """A real line with 1-4 edits: a number replaced by a nasty one, or any span replaced by nasty text."""
+    line = draw(st.sampled_from(LINES))
+    for _ in range(draw(st.integers(1, 4))):
+        piece = draw(st.one_of(st.sampled_from(NASTY), st.text(max_size=6)))
+        numbers = list(re.finditer(r"\d+(\.\d+)?", line))
+        if numbers and draw(st.booleans()):
+            m = draw(st.sampled_from(numbers))
+            line = line[:m.start()] + piece + line[m.end():]
+        else:
+            at, cut = draw(st.integers(0, len(line))), draw(st.integers(0, 6))
+            line = line[:at] + piece + line[at + cut:]
+    return line
+
+
+def parse_both_ways(fmt: str, lines: list[str]) -> Parsed:
+    parser = PARSERS[fmt]()
+    steps: list[dict] = []
+    for line in lines:
+        steps += parser.feed(line)
+    by_line = finished(parser, steps, fmt)
+    by_block = parse_stream(io.StringIO("\n".join(lines) + "\n"), fmt, block_chars=64)
+    assert len(by_block.steps) == len(by_line.steps)
+    return by_block
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.one_of(mutated_line(), st.sampled_from(LINES)), min_size=1, max_size=25))
+def test_mutated_lines_never_raise_in_any_parser_or_in_the_result(lines):
+    for fmt in PARSERS:
+        parsed = parse_both_ways(fmt, lines)
+        result = ingest_parsed(parsed, "fuzz.log", META, "0" * 64)
+        assert result["status"] in ("ok", "failed") and validate_result(result) == []
+
+
+def test_a_step_number_too_long_for_int_is_skipped_on_both_paths():
+    line = ("0: iteration " + "9" * 5000 + "/ 10 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | "
+            "lm loss: 1.9 |")
+    good = "0: iteration 3/ 10 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | lm loss: 1.9 |"
+    parsed = parse_both_ways("megatron", [line, good, line])
+    assert [s["step"] for s in parsed.steps] == [3]
+
+
+def test_a_number_too_long_for_int_in_a_rank_prefix_is_text():
+    line = "9" * 5000 + ":  iteration 3/ 10 | elapsed time per iteration (ms): 900.0 | lm loss: 1.9 | consumed samples: 6 |"
+    assert [s["step"] for s in parse_both_ways("megatron", [line]).steps] == [3]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_bom_marked_logs_are_decoded(tmp_path, encoding):
+    from tprimat.ingest.build import ingest_file
+
+    path = tmp_path / "run.log"
+    data = MEGATRON.encode(encoding)
+    if encoding == "utf-16-be":
+        data = codecs.BOM_UTF16_BE + data
+    path.write_bytes(data)
+    plain = tmp_path / "plain.log"
+    plain.write_text(MEGATRON)
+    got, want = ingest_file(path, META), ingest_file(plain, META)
+    assert got["source"]["format"] == "megatron" and got["steps"] == want["steps"]
+
+
+def test_a_directory_ingests_every_file_it_can_and_lists_the_rest(tmp_path):
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    (logs / "a.log").write_text(MEGATRON)
+    (logs / "b-run.wandb").write_bytes(b"not a W&B run file")  # raises inside the W&B reader
+    (logs / "c.log").write_text(NEMO)
+    proc = subprocess.run([sys.executable, "-m", "tprimat", "ingest", str(logs), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 of 3 files could not be ingested:" in proc.stdout and "b-run.wandb: could not ingest" in proc.stdout
+    results = {r["source"]["file"]: r for r in (json.loads(p.read_text()) for p in out.rglob("result.json"))}
+    assert set(results) == {"a.log", "b-run.wandb", "c.log"}  # the good file after the bad one was ingested too
+    assert results["a.log"]["status"] == "ok" and results["c.log"]["status"] == "ok"
+    assert results["b-run.wandb"]["status"] == "failed" and validate_result(results["b-run.wandb"]) == []
