@@ -215,3 +215,45 @@ def test_a_claim_dies_with_its_process(tmp_path):
     holder.kill()
     holder.wait()
     claim(tmp_path).close()  # SIGKILL left no stale claim
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB tmpfs (root only; skipped where mounting is not allowed), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_read_only_output_disk_is_one_line_and_exit_1(small_disk):
+    from tests.conftest import run_launch
+
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], capture_output=True).returncode == 0
+    proc = run_launch(small_disk.parent, f"hydra.run.dir={small_disk}/run", *QUICK)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stderr.strip() == f"cannot use hydra.run.dir={small_disk}/run: [Errno 30] Read-only file system: " \
+                                  f"'{small_disk}/run'"
+
+
+def test_a_full_output_disk_keeps_the_steps_and_is_one_line(small_disk):
+    from tests.conftest import run_launch
+
+    run = small_disk / "run"
+    filler = small_disk / "filler"
+    # leave 32 KiB: Hydra's 3 config files, the lock, the log and steps.jsonl (4 KiB pages each), not result.json
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1k", f"count={1024 - 32}"], capture_output=True)
+    proc = run_launch(small_disk.parent, f"hydra.run.dir={run}", *QUICK)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert "cannot write the ok result to" in output and "No space left on device" in output
+    assert len(read_steps(run)[1]) == 4 and not (run / "result.json").exists()
+    filler.unlink()  # space again: the result is rebuilt from the steps
+    rebuilt = subprocess.run([sys.executable, "-m", "tprimat.cli", "check", "--rebuild", str(run)],
+                             capture_output=True, text=True)
+    assert rebuilt.returncode == 0 and read_result(run)["status"] == "failed" and len(read_result(run)["steps"]) == 4

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tprimat.compose import CONFIG_DIR, register_configs, to_plain
 from tprimat.execute.claim import DirectoryClaimed, claim
-from tprimat.execute.run import EXIT_INVALID, EXIT_OK, execute, refuse_config
+from tprimat.execute.run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, execute, refuse_config
 
 CLAIMS: list = []  # lock files of the directories this process claimed, held until it exits
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
@@ -49,6 +49,9 @@ class ClaimDirectory(Callback):
         except DirectoryClaimed as exc:
             print(f"invalid: {key}={directory}: {exc}", file=sys.stderr)
             sys.exit(EXIT_INVALID)
+        except OSError as exc:  # a read-only or full disk: nothing can be measured safely there
+            print(f"cannot use {key}={directory}: {exc}", file=sys.stderr)
+            sys.exit(EXIT_FAILED)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
