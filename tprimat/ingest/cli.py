@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, compose) -> int:
             result = ingest_file(path, meta, args.format)
         except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
             result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
-        if result["source"].get("format") in (None, "unknown") or result["source"].get("unreadable"):
+        if result["source"].get("unreadable"):
             unread.append((path, (result["error"] or "").splitlines()[0][:200]))
         try:
             target = write_result(result, out / f"{path.stem}-{result['run_id']}")
