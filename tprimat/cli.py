@@ -42,11 +42,35 @@ def plan(args) -> int:
     from tprimat.compose import Composer, expand
     from tprimat.sweep.plan import plan_sweep, print_points, write_csv
 
-    points = plan_sweep(expand(list(args.overrides)), Composer().compose)
+    points = plan_sweep(expand(list(args.overrides)), Composer().compose, deep=args.deep)
     print_points(points)
     if args.out:
         print(f"wrote {write_csv(points, Path(args.out))}")
     return 0 if all(p.valid for p in points) else 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tprimat", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("launch", help="run a benchmark: tprimat launch [group=option ...] [key=value ...]")
+    check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
+    check_parser.add_argument("results", nargs="+", help="result files or run directories")
+    check_parser.add_argument("--rebuild", action="store_true",
+                              help="a run directory without result.json: write a failed result from its steps.jsonl")
+    from tprimat.compare.cli import add_arguments as compare_arguments
+    from tprimat.execute.preflight import add_arguments as preflight_arguments
+    from tprimat.ingest.cli import add_arguments as ingest_arguments
+
+    compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
+    preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
+    ingest_arguments(sub.add_parser("ingest", help="turn other frameworks' logs into tprimat results"))
+    plan_parser = sub.add_parser("plan", help="validate and plan every point of a sweep without running it")
+    plan_parser.add_argument("overrides", nargs="*", help="Hydra overrides with sweep syntax: parallelism.tp=1,2,4,8")
+    plan_parser.add_argument("--out", help="CSV of every point (default: print only)")
+    plan_parser.add_argument("--deep", action="store_true",
+                             help="native backend: build one rank of every pipeline stage of each layout for real, "
+                                  "full size, in a fake world on this CPU (parameter, gradient and optimizer bytes)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,25 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [sys.argv[0], *argv[1:]]
         launch_main()
         return
-    parser = argparse.ArgumentParser(prog="tprimat", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("launch", help="run a benchmark: tprimat launch [group=option ...] [key=value ...]")
-    check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
-    check_parser.add_argument("results", nargs="+", help="result files or run directories")
-    check_parser.add_argument("--rebuild", action="store_true",
-                              help="a run directory without result.json: write a failed result from its steps.jsonl")
-    from tprimat.compare.cli import add_arguments as compare_arguments
-    from tprimat.execute.preflight import add_arguments as preflight_arguments
-
-    compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
-    preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
-    from tprimat.ingest.cli import add_arguments as ingest_arguments
-
-    ingest_arguments(sub.add_parser("ingest", help="turn other frameworks' logs into tprimat results"))
-    plan_parser = sub.add_parser("plan", help="validate and plan every point of a sweep without running it")
-    plan_parser.add_argument("overrides", nargs="*", help="Hydra overrides with sweep syntax: parallelism.tp=1,2,4,8")
-    plan_parser.add_argument("--out", help="CSV of every point (default: print only)")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "check":
         sys.exit(check(args.results, args.rebuild))
     if args.command == "compare":

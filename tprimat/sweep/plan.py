@@ -31,15 +31,20 @@ class Point:
     flops_per_token: Optional[float] = None
     tokens_per_step: Optional[int] = None
     spec_hash: Optional[str] = None
+    states_estimate_gib: Optional[float] = None  # weights + grads + optimizer per device, analytical
+    states_measured_gib: Optional[float] = None  # the same from the real sharded modules (--deep), heaviest stage
+    deep_roles: Optional[list] = None  # --deep: one measurement per pipeline stage
 
     def row(self) -> dict:
         return {"point": " ".join(self.overrides), "valid": self.valid, "reason": self.reason,
                 "world_size": self.world_size, "dp": self.dp, "memory_estimate_gib": self.memory_estimate_gib,
                 "device_memory_gib": self.device_memory_gib, "flops_per_token": self.flops_per_token,
-                "tokens_per_step": self.tokens_per_step, "spec_hash": self.spec_hash}
+                "tokens_per_step": self.tokens_per_step, "spec_hash": self.spec_hash,
+                "states_estimate_gib": self.states_estimate_gib, "states_measured_gib": self.states_measured_gib}
 
 
-def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: DetectedHardware) -> Point:
+def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: DetectedHardware,
+               deep: bool = False) -> Point:
     """Compose, build, validate (no check against this host's devices) and plan one point; never raises."""
     try:
         spec = build_spec(compose(overrides), hw)
@@ -54,23 +59,45 @@ def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: D
     problems = prepared.all_problems
     if problems:
         reason = problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 and prepared.problems else "")
-        return Point(overrides, False, reason, spec_hash=digest, **_sizes(prepared.plan))
-    return Point(overrides, True, "", spec_hash=digest, **_sizes(prepared.plan))
+        point = Point(overrides, False, reason, spec_hash=digest, **_sizes(prepared.plan))
+    else:
+        point = Point(overrides, True, "", spec_hash=digest, **_sizes(prepared.plan))
+    if deep and prepared.plan is not None and not prepared.problems:
+        point = deepen(point, spec, prepared.plan)
+    return point
 
 
 def _sizes(plan: Optional[Plan]) -> dict:
     if plan is None:
         return {}
-    return {"world_size": plan.world_size, "dp": plan.dp, "memory_estimate_gib": plan.memory.total_gib,
+    m = plan.memory
+    return {"world_size": plan.world_size, "dp": plan.dp, "memory_estimate_gib": m.total_gib,
             "device_memory_gib": plan.device_memory_gib, "flops_per_token": plan.flops_per_token,
-            "tokens_per_step": plan.tokens_per_step}
+            "tokens_per_step": plan.tokens_per_step, "states_estimate_gib": m.weights_gib + m.grads_gib + m.optimizer_gib}
+
+
+def deepen(point: Point, spec, plan: Plan) -> Point:
+    """``--deep``: build one rank of every pipeline stage of the real native layout in a fake world; a layout
+    that cannot build makes the point invalid with the framework's reason."""
+    from tprimat.backends.native.deep import deep_check
+
+    if spec.framework.name != "native":
+        return point
+    roles, error = deep_check(spec_to_dict(spec), plan.pp, plan.dp, plan.tp)
+    point.deep_roles = roles
+    if error:
+        point.valid, point.reason = False, error
+        return point
+    point.states_measured_gib = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)
+    return point
 
 
 def plan_sweep(points: list[list[str]], compose: Callable[[list[str]], dict],
-               hw: Optional[DetectedHardware] = None) -> list[Point]:
-    """Validate and plan every point (each a list of overrides) without running anything."""
+               hw: Optional[DetectedHardware] = None, deep: bool = False) -> list[Point]:
+    """Validate and plan every point (each a list of overrides) without running anything; ``deep``: build
+    each native layout for real in a fake world too."""
     hw = hw or detect()
-    return [plan_point(compose, point, hw) for point in points]
+    return [plan_point(compose, point, hw, deep) for point in points]
 
 
 def write_csv(points: list[Point], path: Path) -> Path:
@@ -88,12 +115,15 @@ def print_points(points: list[Point], limit: int = 60) -> None:
     from rich.table import Table
 
     table = Table(title=f"tprimat plan: {len(points)} points, {sum(p.valid for p in points)} valid")
-    for header in ("point", "valid", "world", "dp", "memory GiB (est.)", "device GiB", "GFLOP/token", "reason"):
+    for header in ("point", "valid", "world", "dp", "memory GiB (est.)", "states GiB est. / traced", "device GiB",
+                   "GFLOP/token", "reason"):
         table.add_column(header, overflow="fold")
     for p in points[:limit]:
+        states = "" if p.states_estimate_gib is None else f"{p.states_estimate_gib:.2f}" + (
+            f" / {p.states_measured_gib:.2f}" if p.states_measured_gib is not None else "")
         table.add_row(" ".join(p.overrides) or "(defaults)", "yes" if p.valid else "NO", str(p.world_size or ""),
                       str(p.dp or ""), f"{p.memory_estimate_gib:.1f}" if p.memory_estimate_gib is not None else "",
-                      f"{p.device_memory_gib:.1f}" if p.device_memory_gib else "",
+                      states, f"{p.device_memory_gib:.1f}" if p.device_memory_gib else "",
                       f"{p.flops_per_token / 1e9:.2f}" if p.flops_per_token else "", p.reason)
     console = Console(width=220)
     console.print(table)

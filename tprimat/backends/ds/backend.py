@@ -56,7 +56,7 @@ class DeepSpeedTrainer:
         tr = spec.training
         torch.manual_seed(tr.seed)
         with torch.device(device):
-            model = Decoder(spec.model)
+            model = Decoder(spec.model, tr.seed)
         apply_activation_checkpointing(model, tr.activation_checkpointing)
         self.config = ds_config(spec, plan)
         schedule = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731

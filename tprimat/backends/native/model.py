@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tprimat.backends.native.init import initial_value
 from tprimat.spec.schema import ModelConf, head_dim_of
 
 
@@ -101,7 +102,7 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConf):
+    def __init__(self, cfg: ModelConf, seed: int = 0):
         super().__init__()
         self.cfg = cfg
         head_dim = head_dim_of(cfg)
@@ -113,17 +114,14 @@ class Decoder(nn.Module):
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         self.register_buffer("inv_freq", rope_frequencies(cfg, head_dim), persistent=False)
-        self.init_weights()
+        if self.inv_freq.device.type != "meta":  # on the meta device, init.materialize fills each rank's shards
+            self.init_weights(seed)
 
-    def init_weights(self, std: float = 0.02) -> None:
-        """Normal(0, 0.02) weights, output projections scaled by 1/sqrt(2 * layers) (GPT-2 / Megatron)."""
-        out_std = std / math.sqrt(2 * self.cfg.num_layers)
-        for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                scaled = name.endswith(("attention.wo", "feed_forward.w2"))
-                nn.init.normal_(module.weight, mean=0.0, std=out_std if scaled else std)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+    def init_weights(self, seed: int) -> None:
+        """Every parameter from ``init.initial_value``: the same values a laid-out model's shards get."""
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                param.copy_(initial_value(name, param.shape, self.cfg, seed, param.device))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without embeddings takes hidden states instead, and one

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from tprimat.backends.native.init import materialize
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -53,6 +54,9 @@ def make_layout(plan: Plan, device: torch.device) -> Layout:
 
 def split_pipeline_stage(model: nn.Module, layout: Layout) -> None:
     """Keep this stage's contiguous share of the layers; only the first stage embeds, only the last projects."""
+    if len(model.layers) % layout.pp:
+        raise ValueError(f"model.num_layers={len(model.layers)} cannot be split into parallelism.pp={layout.pp} "
+                         "equal pipeline stages")
     per_stage = len(model.layers) // layout.pp
     keep = {str(i) for i in range(layout.pp_rank * per_stage, (layout.pp_rank + 1) * per_stage)}
     for name in [n for n in model.layers if n not in keep]:
@@ -153,7 +157,10 @@ def apply_float8(model: nn.Module) -> None:
     convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "output")
 
 
-def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: torch.device) -> nn.Module:
+def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: torch.device,
+                allocate: bool = True) -> nn.Module:
+    """The layout applied in torchtitan's order; a meta-device model then gets this rank's shards only
+    (``allocate=False``: left on meta, for ``deep.py``'s fake-world checks)."""
     par, tr = spec.parallelism, spec.training
     if layout.pp > 1:
         split_pipeline_stage(model, layout)
@@ -164,9 +171,12 @@ def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: tor
     apply_activation_checkpointing(model, tr.activation_checkpointing)
     if tr.compile:
         apply_compile(model)
-    if par.fsdp and layout.mesh is not None:
+    fsdp = par.fsdp and layout.mesh is not None
+    if fsdp:
         apply_fsdp(model, layout, tr.precision)
-    elif layout.dp > 1:
+    if allocate and next(model.parameters()).is_meta:  # built on the meta device: this rank's shards only
+        materialize(model, spec.model, tr.seed, device)
+    if not fsdp and layout.dp > 1:
         return apply_ddp(model, layout, device)
     return model
 

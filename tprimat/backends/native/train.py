@@ -22,9 +22,9 @@ class NativeTrainer:
         self.spec, self.plan, self.device = spec, plan, device
         self.layout = layout or make_layout(plan, device)
         tr = spec.training
-        torch.manual_seed(tr.seed)  # every rank builds the same full model, then keeps its shard
-        with torch.device(device):
-            model = Decoder(spec.model)
+        torch.manual_seed(tr.seed)
+        with torch.device("meta"):  # no memory: each rank allocates only its shards once laid out
+            model = Decoder(spec.model, tr.seed)
         self.model: nn.Module = parallelize(model, spec, self.layout, device)
         self.probe = ComputeProbe(self.model)
         self.max_grad_norm = tr.optimizer.grad_clip  # what ``step`` clips to

@@ -1,0 +1,134 @@
+"""Meta-device initialisation: the native model is built on the meta device, laid out, and each rank
+allocates and fills only its own shards; every layout starts from exactly the model a single process builds.
+
+Each rank of a layout is built in its own process over torch's fake process group (no communication: the
+shards come from each rank's own draw), and every local shard is compared with the slice of the eagerly
+initialised single-process model that ``torch.chunk`` gives for its placement (DTensor's sharding rule).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from tprimat.backends.native.init import canonical
+from tprimat.backends.native.model import Decoder
+from tprimat.backends.native.train import NativeTrainer
+from tprimat.compose import compose
+from tprimat.measure.devices import detect
+from tprimat.spec.build import build_spec
+from tprimat.spec.plan import make_plan
+
+BASE = ["platform=cpu", "training.precision=fp32", "platform.devices_per_node=2"]
+RANK = r"""
+import json, sys, torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from tprimat.backends.native.init import canonical
+from tprimat.backends.native.model import Decoder
+from tprimat.backends.native.train import NativeTrainer
+from tprimat.compose import compose
+from tprimat.measure.devices import detect
+from tprimat.spec.build import build_spec
+from tprimat.spec.plan import make_plan
+
+overrides, rank = json.loads(sys.argv[1]), int(sys.argv[2])
+hw = detect()
+spec = build_spec(compose(overrides), hw)
+eager = dict(Decoder(spec.model, spec.training.seed).named_parameters())
+dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+trainer = NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
+out = {}
+for name, param in trainer.model.named_parameters():
+    full = eager[canonical(name)].detach()
+    if isinstance(param, DTensor):
+        [placement] = param.placements
+        expected = torch.chunk(full, param.device_mesh.size(), dim=placement.dim)[param.device_mesh.get_local_rank()]
+        local = param.to_local().detach()
+    else:
+        expected, local = full, param.detach()
+    out[canonical(name)] = [str(param.placements) if isinstance(param, DTensor) else "local", torch.equal(local, expected)]
+print(json.dumps(out))
+"""
+
+
+def test_a_single_process_built_on_meta_equals_the_eager_model():
+    hw = detect()
+    spec = build_spec(compose(["platform=cpu", "training.activation_checkpointing=full"]), hw)
+    trainer = NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
+    eager = dict(Decoder(spec.model, spec.training.seed).named_parameters())
+    built = {canonical(k): v for k, v in trainer.model.named_parameters()}
+    assert set(built) == set(eager)
+    assert all(torch.equal(built[k], eager[k]) for k in eager)
+    assert torch.equal(trainer.model.inv_freq, Decoder(spec.model).inv_freq)  # the non-persistent buffer too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout,sharded", [(["parallelism.tp=2"], "Shard"), (["parallelism.fsdp=true"], "Shard(dim=0)"),
+                                            (["parallelism.pp=2"], None)])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_rank_holds_its_slice_of_the_single_process_model(layout, sharded, rank):
+    proc = subprocess.run([sys.executable, "-c", RANK, json.dumps([*BASE, *layout]), str(rank)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    params = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert params and all(equal for _, equal in params.values()), params
+    if sharded:
+        assert any(sharded in placement for placement, _ in params.values())
+    else:  # pipeline: each stage holds whole tensors of its own layers only
+        layers = {name.split(".")[1] for name in params if name.startswith("layers.")}
+        assert layers == ({"0", "1"} if rank == 0 else {"2", "3"})
+
+
+# Fake-world validation (tprimat plan --deep): the real layout, full size, one rank per pipeline stage.
+
+def _spec_dict(overrides):
+    from tprimat.spec.build import spec_to_dict
+    from tprimat.spec.detect import DetectedHardware
+
+    hw = DetectedHardware("cpu", "planning host", 1, 0.0, None)
+    spec = build_spec(compose(overrides), hw)
+    return spec, make_plan(spec, hw), spec_to_dict(spec)
+
+
+LLAMA70B_64 = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=8", "platform.nodes=8",
+               "model=llama70b", "parallelism.tp=8", "parallelism.pp=4", "parallelism.fsdp=true"]
+
+
+@pytest.mark.slow
+def test_a_64_rank_70b_layout_builds_in_a_fake_world_and_its_shards_are_counted():
+    from tprimat.backends.native.deep import deep_check
+    from tprimat.spec.memory import param_counts
+
+    spec, plan, spec_dict = _spec_dict(LLAMA70B_64)
+    assert (plan.pp, plan.dp, plan.tp, plan.world_size) == (4, 2, 8, 64)
+    roles, error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp)
+    assert error is None and [r["stage"] for r in roles] == [0, 1, 2, 3] and [r["rank"] for r in roles] == [0, 16, 32, 48]
+    # every parameter is held by exactly one (stage, tp rank, dp rank), except the RMSNorm weights, which TP
+    # replicates: 161 norms of 8,192 held by all 8 tp ranks
+    total, _ = param_counts(spec.model)
+    norms = (2 * 80 + 1) * 8192
+    assert sum(r["params"] for r in roles) * plan.tp * plan.dp == total + (plan.tp - 1) * norms
+    # by hand: a middle stage holds 20 of the 80 layers; a layer's matrices (attention 2 x 8192 x (8192 + 1024),
+    # FFN 3 x 8192 x 28672) are sharded 16 ways (tp 8 x dp 2), its 2 norms of 8192 only 2 ways (FSDP); fp32
+    matrices, norms = 2 * 8192 * (8192 + 1024) + 3 * 8192 * 28672, 2 * 8192
+    assert roles[1]["params"] == 20 * (matrices // 16 + norms // 2)
+    assert roles[1]["weights_gib"] == pytest.approx(roles[1]["params"] * 4 / 2**30)
+    # the first and last stages also hold the embeddings / the output head: they are the heaviest
+    assert roles[0]["params"] > roles[1]["params"] and roles[3]["params"] > roles[2]["params"]
+
+
+@pytest.mark.slow
+def test_a_layout_that_cannot_build_is_caught_with_the_reason():
+    from tprimat.backends.native.deep import deep_check
+
+    _, _, spec_dict = _spec_dict(["platform=cpu", "platform.devices_per_node=3", "parallelism.pp=3"])  # 4 layers
+    roles, error = deep_check(spec_dict, 3, 1, 1)
+    assert roles == [] and error == ("rank 0 cannot build its layout: ValueError: model.num_layers=4 cannot be split "
+                                     "into parallelism.pp=3 equal pipeline stages")

@@ -1,0 +1,79 @@
+"""Fake-world validation: one rank of each role (each pipeline stage) of the real native layout, built for the
+full-size model at the requested world size on this CPU, over torch's fake process group (collectives are
+no-ops) with the model on the meta device (nothing is allocated). What it measures comes from the real
+sharded modules: the local shard of every parameter as TP, FSDP2 and the pipeline split left it. A layout that
+cannot build (a DTensor placement error, an uneven split) fails here with the framework's own reason.
+
+Run one role per process (``python -m tprimat.backends.native.deep SPEC_JSON RANK``): a process group and its
+device meshes are process-wide state.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from typing import Optional
+
+GIB = 2**30
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch.distributed's prefix on a rank's traceback lines
+
+
+def role_ranks(pp: int, dp: int, tp: int) -> list[int]:
+    """The first rank of each pipeline stage (mesh order pp, dp, tp): ranks of one stage hold equal shards."""
+    return [stage * dp * tp for stage in range(pp)]
+
+
+def local_numel(param) -> int:
+    from torch.distributed.tensor import DTensor
+
+    return param.to_local().numel() if isinstance(param, DTensor) else param.numel()
+
+
+def measure_rank(spec_dict: dict, rank: int) -> dict:
+    """This process becomes ``rank`` of the spec's world over the fake backend and builds its shards on meta."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from tprimat.backends.native.model import Decoder
+    from tprimat.backends.native.parallelize import make_layout, parallelize
+    from tprimat.spec.build import build_spec
+    from tprimat.spec.detect import DetectedHardware
+    from tprimat.spec.plan import make_plan
+
+    hw = DetectedHardware("cpu", "fake world", 1, 0.0, None)
+    spec = build_spec(spec_dict)
+    plan = make_plan(spec, hw)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=plan.world_size)
+    try:
+        layout = make_layout(plan, torch.device("cpu"))
+        with torch.device("meta"):
+            model = Decoder(spec.model, spec.training.seed)
+        model = parallelize(model, spec, layout, torch.device("cpu"), allocate=False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        numel = sum(local_numel(p) for p in params)
+        element = params[0].element_size() if params else 4
+    finally:
+        dist.destroy_process_group()
+    return {"rank": rank, "stage": layout.pp_rank, "params": numel,
+            "weights_gib": numel * element / GIB, "grads_gib": numel * element / GIB,  # grads take the param dtype
+            "optimizer_gib": 2 * numel * element / GIB}  # AdamW: exp_avg and exp_avg_sq, the param dtype
+
+
+def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, timeout_s: float = 300) -> tuple[list[dict], Optional[str]]:
+    """(one measurement per role, None) or (what was measured, the layout's failure in one line)."""
+    roles = []
+    for rank in role_ranks(pp, dp, tp):
+        proc = subprocess.run([sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank)],
+                              capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            lines = [RANK_PREFIX.sub("", line) for line in proc.stderr.strip().splitlines() if line.strip()]
+            return roles, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
+        roles.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return roles, None
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure_rank(json.loads(sys.argv[1]), int(sys.argv[2]))))

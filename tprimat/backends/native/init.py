@@ -1,0 +1,65 @@
+"""Meta-device initialisation, in torchtitan's order: the model is built on the meta device (no memory), laid
+out (pipeline split, TP/SP, FSDP2, recompute, compile), and only then does each rank allocate its own shards
+(``to_empty``) and fill them. A 70B model with tp=8 and FSDP never exists whole on any rank.
+
+Every parameter's initial value is a function of the seed, its name and its shape alone: it is drawn full size,
+one parameter at a time, on the rank's device from a generator seeded by (seed, name), and cut to this rank's
+shard (``distribute_tensor`` with each rank's own copy, no communication). Every layout therefore starts from
+exactly the model a single process builds. Weights are Normal(0, 0.02), output projections scaled by
+1/sqrt(2 * layers) (GPT-2 / Megatron), biases zero, norms one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+from torch import nn
+
+from tprimat.spec.schema import ModelConf
+
+WRAPPERS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.", "module.")
+CHECKPOINTED = ".block."  # parallelize.Checkpointed keeps the wrapped block as ``block``
+STD = 0.02
+SCALED = ("attention.wo.weight", "feed_forward.w2.weight")
+
+
+def canonical(fqn: str) -> str:
+    """A parameter's name in the plain model, whatever wrappers (compile, recompute, FSDP, DDP) added."""
+    for wrapper in WRAPPERS:
+        fqn = fqn.replace(wrapper, "")
+    return fqn.replace(CHECKPOINTED, ".")
+
+
+def seed_of(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def initial_value(name: str, shape: torch.Size, cfg: ModelConf, seed: int, device: torch.device) -> torch.Tensor:
+    """The full-size initial value of parameter ``name`` (float32)."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, device=device)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, device=device)
+    std = STD / math.sqrt(2 * cfg.num_layers) if name.endswith(SCALED) else STD
+    generator = torch.Generator(device=device).manual_seed(seed_of(seed, name))
+    return torch.empty(shape, device=device).normal_(0.0, std, generator=generator)
+
+
+def materialize(model: nn.Module, cfg: ModelConf, seed: int, device: torch.device) -> None:
+    """Allocate this rank's shards of a meta-device model on ``device`` and give them their initial values."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from tprimat.backends.native.model import head_dim_of, rope_frequencies
+
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for fqn, param in model.named_parameters():
+            full = initial_value(canonical(fqn), param.shape, cfg, seed, device)
+            if isinstance(param, DTensor):
+                full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+            param.copy_(full.to(param.dtype))
+        for module in model.modules():
+            if "inv_freq" in getattr(module, "_buffers", {}):
+                module.inv_freq = rope_frequencies(cfg, head_dim_of(cfg)).to(device)
