@@ -42,7 +42,7 @@ def row(model: str, layout: str) -> tuple[float, float, float]:
     m = plan.memory
     estimate = m.weights_gib + m.grads_gib + m.optimizer_gib
     t0 = time.perf_counter()
-    roles, error = deep_check(spec_to_dict(spec), plan.pp, plan.dp, plan.tp)
+    roles, error = deep_check(spec_to_dict(spec), plan.pp, plan.dp, plan.tp, activations=False)
     if error:
         raise SystemExit(f"{model} {layout}: {error}")
     traced = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)

@@ -108,7 +108,7 @@ def test_a_64_rank_70b_layout_builds_in_a_fake_world_and_its_shards_are_counted(
 
     spec, plan, spec_dict = _spec_dict(LLAMA70B_64)
     assert (plan.pp, plan.dp, plan.tp, plan.world_size) == (4, 2, 8, 64)
-    roles, error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp)
+    roles, error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp, activations=False)
     assert error is None and [r["stage"] for r in roles] == [0, 1, 2, 3] and [r["rank"] for r in roles] == [0, 16, 32, 48]
     # every parameter is held by exactly one (stage, tp rank, dp rank), except the RMSNorm weights, which TP
     # replicates: 161 norms of 8,192 held by all 8 tp ranks
@@ -132,3 +132,17 @@ def test_a_layout_that_cannot_build_is_caught_with_the_reason():
     roles, error = deep_check(spec_dict, 3, 1, 1)
     assert roles == [] and error == ("rank 0 cannot build its layout: ValueError: model.num_layers=4 cannot be split "
                                      "into parallelism.pp=3 equal pipeline stages")
+
+
+@pytest.mark.slow
+def test_activations_are_traced_over_fake_tensors_and_recompute_lowers_them():
+    from tprimat.backends.native.deep import deep_check
+
+    traced = {}
+    for mode in ("none", "full"):
+        _, plan, spec_dict = _spec_dict(["platform=cpu", "platform.devices_per_node=2", "parallelism.tp=2",
+                                         f"training.activation_checkpointing={mode}"])
+        [role], error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp)
+        assert error is None and role["activations_note"] is None
+        traced[mode] = role["activations_gib"]
+    assert 0 < traced["full"] < traced["none"]

@@ -42,13 +42,28 @@ def dims(model: ModelConf) -> Dims:
                 model.num_kv_heads, head_dim_of(model), model.vocab_size)
 
 
-def param_counts(model: ModelConf) -> tuple[int, int]:
-    """(total, non-embedding) parameters; non-embedding excludes only the input token embedding."""
+def layer_params(model: ModelConf) -> int:
+    """One decoder layer: attention (with Qwen's QKV bias), SwiGLU FFN, two RMSNorms."""
     d = dims(model)
     attn = d.hidden * (d.q_size + 2 * d.kv_size) + d.q_size * d.hidden
     if model.qkv_bias:
         attn += d.q_size + 2 * d.kv_size
-    layer = attn + 3 * d.hidden * d.ffn + 2 * d.hidden
+    return attn + 3 * d.hidden * d.ffn + 2 * d.hidden
+
+
+def heaviest_stage_params(model: ModelConf, pp: int) -> int:
+    """Parameters of the heaviest pipeline stage: its share of the layers plus the embedding (first stage) or
+    the final norm and output head (last stage), whichever is larger; the whole model when pp == 1."""
+    if pp == 1:
+        return param_counts(model)[0]
+    d = dims(model)
+    return d.layers // pp * layer_params(model) + max(d.vocab * d.hidden, d.vocab * d.hidden + d.hidden)
+
+
+def param_counts(model: ModelConf) -> tuple[int, int]:
+    """(total, non-embedding) parameters; non-embedding excludes only the input token embedding."""
+    d = dims(model)
+    layer = layer_params(model)
     embedding = d.vocab * d.hidden
     output = 0 if model.tie_embeddings else d.vocab * d.hidden
     total = embedding + d.layers * layer + d.hidden + output

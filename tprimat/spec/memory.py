@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tprimat.spec.flops import dims, param_counts
+from tprimat.spec.flops import dims, heaviest_stage_params
 from tprimat.spec.schema import TprimatConf
 
 GIB = 2**30
@@ -50,8 +50,7 @@ def state_bytes_per_param(spec: TprimatConf) -> tuple[float, float, float]:
 
 def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimate:
     par = spec.parallelism
-    total_params, _ = param_counts(spec.model)
-    params = total_params / (par.tp * par.pp)
+    params = heaviest_stage_params(spec.model, par.pp) / par.tp  # the stage that must fit (traced: plan --deep)
     w, g, o = state_bytes_per_param(spec)
     stage = 3 if par.fsdp else par.zero_stage
     w_shard = dp if stage >= 3 else 1

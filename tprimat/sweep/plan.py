@@ -33,6 +33,7 @@ class Point:
     spec_hash: Optional[str] = None
     states_estimate_gib: Optional[float] = None  # weights + grads + optimizer per device, analytical
     states_measured_gib: Optional[float] = None  # the same from the real sharded modules (--deep), heaviest stage
+    activations_measured_gib: Optional[float] = None  # --deep: one micro batch, traced over fake tensors
     deep_roles: Optional[list] = None  # --deep: one measurement per pipeline stage
 
     def row(self) -> dict:
@@ -40,7 +41,8 @@ class Point:
                 "world_size": self.world_size, "dp": self.dp, "memory_estimate_gib": self.memory_estimate_gib,
                 "device_memory_gib": self.device_memory_gib, "flops_per_token": self.flops_per_token,
                 "tokens_per_step": self.tokens_per_step, "spec_hash": self.spec_hash,
-                "states_estimate_gib": self.states_estimate_gib, "states_measured_gib": self.states_measured_gib}
+                "states_estimate_gib": self.states_estimate_gib, "states_measured_gib": self.states_measured_gib,
+                "activations_measured_gib": self.activations_measured_gib}
 
 
 def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: DetectedHardware,
@@ -89,6 +91,8 @@ def deepen(point: Point, spec, plan: Plan) -> Point:
         point.valid, point.reason = False, error
         return point
     point.states_measured_gib = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)
+    traced = [r["activations_gib"] for r in roles if r["activations_gib"] is not None]
+    point.activations_measured_gib = max(traced) if traced else None
     return point
 
 

@@ -10,6 +10,7 @@ device meshes are process-wide state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -31,7 +32,7 @@ def local_numel(param) -> int:
     return param.to_local().numel() if isinstance(param, DTensor) else param.numel()
 
 
-def measure_rank(spec_dict: dict, rank: int) -> dict:
+def measure_rank(spec_dict: dict, rank: int, activations: bool = True) -> dict:
     """This process becomes ``rank`` of the spec's world over the fake backend and builds its shards on meta."""
     import torch
     import torch.distributed as dist
@@ -55,19 +56,53 @@ def measure_rank(spec_dict: dict, rank: int) -> dict:
         params = [p for p in model.parameters() if p.requires_grad]
         numel = sum(local_numel(p) for p in params)
         element = params[0].element_size() if params else 4
+        traced, why = trace_activations(model, spec, layout) if activations else (None, "not traced (states only)")
     finally:
         dist.destroy_process_group()
     return {"rank": rank, "stage": layout.pp_rank, "params": numel,
             "weights_gib": numel * element / GIB, "grads_gib": numel * element / GIB,  # grads take the param dtype
-            "optimizer_gib": 2 * numel * element / GIB}  # AdamW: exp_avg and exp_avg_sq, the param dtype
+            "optimizer_gib": 2 * numel * element / GIB,  # AdamW: exp_avg and exp_avg_sq, the param dtype
+            "activations_gib": traced, "activations_note": why}
 
 
-def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, timeout_s: float = 300) -> tuple[list[dict], Optional[str]]:
+def trace_activations(model, spec, layout) -> tuple[Optional[float], Optional[str]]:
+    """Peak activation and temporary memory of one micro batch's forward and backward on this rank, traced by
+    ``torch.distributed._tools.MemTracker`` over fake tensors (no memory used), under the spec's precision and
+    recompute; (None, why) where the tracer cannot follow the layout."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    from tprimat.backends.native.parallelize import uses_autocast
+
+    tr, cfg = spec.training, spec.model
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model.to_empty(device="cpu")
+            shape = (tr.micro_batch_size, tr.seq_length)
+            inputs = torch.randint(0, cfg.vocab_size, shape) if layout.first_stage else \
+                torch.randn(*shape, cfg.hidden_size, requires_grad=True)
+            tracker = MemTracker()
+            tracker.track_external(model)
+            autocast = torch.autocast("cpu", dtype=torch.bfloat16) if uses_autocast(spec, layout) else \
+                contextlib.nullcontext()
+            with tracker:
+                with autocast:
+                    out = model(inputs)
+                out.float().sum().backward()
+            peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    except Exception as exc:  # noqa: BLE001 - the tracer's limits are stated, the layout still built
+        return None, f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return (peak[_MemRefType.ACT] + peak[_MemRefType.TEMP]) / GIB, None
+
+
+def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, activations: bool = True,
+               timeout_s: float = 300) -> tuple[list[dict], Optional[str]]:
     """(one measurement per role, None) or (what was measured, the layout's failure in one line)."""
     roles = []
     for rank in role_ranks(pp, dp, tp):
-        proc = subprocess.run([sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank)],
-                              capture_output=True, text=True, timeout=timeout_s)
+        argv = [sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank), str(activations)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             lines = [RANK_PREFIX.sub("", line) for line in proc.stderr.strip().splitlines() if line.strip()]
             return roles, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
@@ -76,4 +111,4 @@ def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, timeout_s: float = 30
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_rank(json.loads(sys.argv[1]), int(sys.argv[2]))))
+    print(json.dumps(measure_rank(json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3:4] != ["False"])))

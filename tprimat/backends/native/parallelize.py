@@ -176,7 +176,7 @@ def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: tor
         apply_fsdp(model, layout, tr.precision)
     if allocate and next(model.parameters()).is_meta:  # built on the meta device: this rank's shards only
         materialize(model, spec.model, tr.seed, device)
-    if not fsdp and layout.dp > 1:
+    if not fsdp and layout.dp > 1 and allocate:  # DDP replicates: it needs the real tensors (and changes no shard)
         return apply_ddp(model, layout, device)
     return model
 
