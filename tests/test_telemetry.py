@@ -67,8 +67,8 @@ def measure(source, world_size, tokens=1000, before=0.2, during=0.5, after=0.2):
 def test_energy_is_summed_over_every_device_in_the_measured_window():
     sampler, s = measure(Counters([100.0, 200.0, 300.0, 400.0]), world_size=4)
     window_s = sampler.window[1] - sampler.window[0]  # about 0.5 s; more when this machine is busy
-    # 1000 W in all over the window only, give or take a sampling interval at each edge (10 J each)
-    assert s["energy_j"] == pytest.approx(1000.0 * window_s, abs=25.0)
+    # 1000 W in all over the window only, give or take a few sampling intervals at its edges (10 J each)
+    assert s["energy_j"] == pytest.approx(1000.0 * window_s, abs=60.0)  # device 0 alone: about 450 J short
     assert s["energy_j_by_device"][3] == pytest.approx(4 * s["energy_j_by_device"][0], rel=0.05)
     assert s["energy_per_token_j"] == pytest.approx(s["energy_j"] / 1000)  # four devices, all 1000 tokens
     assert s["devices_sampled"] == 4 and s["ranks_covered"] == 4 and s["avg_power_w"] == 1000.0
@@ -111,7 +111,7 @@ def test_occasional_read_errors_are_counted_and_the_counter_still_gives_energy()
     sampler, s = measure(Counters([100.0], failing={0: 0.25}), world_size=1)
     window_s = sampler.window[1] - sampler.window[0]
     assert s["read_errors"] > 0 and s["read_error_first"].startswith("OSError")
-    assert s["energy_j"] == pytest.approx(100.0 * window_s, abs=6.0) and s["energy_note"] is None
+    assert s["energy_j"] == pytest.approx(100.0 * window_s, abs=10.0) and s["energy_note"] is None
 
 
 def test_a_device_with_neither_counter_nor_power_is_named():
