@@ -104,7 +104,7 @@ LLAMA70B_64 = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_nod
 @pytest.mark.slow
 def test_a_64_rank_70b_layout_builds_in_a_fake_world_and_its_shards_are_counted():
     from tprimat.backends.native.deep import deep_check
-    from tprimat.spec.memory import param_counts
+    from tprimat.spec.flops import param_counts
 
     spec, plan, spec_dict = _spec_dict(LLAMA70B_64)
     assert (plan.pp, plan.dp, plan.tp, plan.world_size) == (4, 2, 8, 64)
