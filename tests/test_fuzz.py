@@ -106,3 +106,19 @@ def test_a_directory_ingests_every_file_it_can_and_lists_the_rest(tmp_path):
     assert set(results) == {"a.log", "b-run.wandb", "c.log"}  # the good file after the bad one was ingested too
     assert results["a.log"]["status"] == "ok" and results["c.log"]["status"] == "ok"
     assert results["b-run.wandb"]["status"] == "failed" and validate_result(results["b-run.wandb"]) == []
+
+
+PREFIX_PARTS = st.sampled_from(["3:", "12: ", "0:\t", " 7:  ", "[rank1]:", "[20260523 18:30:15][rank-2/8][ INFO ] ",
+                                "(pretraining, pid=4112) ", "[2026-05-23 18:30:15] ", " ", "\t", "\x1b[32m", "\r",
+                                "x", "1", "[", "(", "rank"])
+
+
+@given(parts=st.lists(PREFIX_PARTS, max_size=5))
+def test_the_srun_label_shortcut_names_the_rank_clean_names(parts):
+    """``prefix_rank``'s plain-label shortcut (no ``clean``) gives the rank ``clean`` reads, for any prefix."""
+    from tprimat.logs.clean import clean
+    from tprimat.logs.megatron import MegatronParser
+
+    prefix = "".join(parts)
+    expected = clean(prefix).rank if prefix and not prefix.isspace() else None
+    assert MegatronParser().prefix_rank(prefix) == expected

@@ -13,6 +13,8 @@ TORCHRUN = re.compile(r"^\[rank(\d{1,9})\]:")  # torchrun --tee: "[rank0]:" (pos
 RAY = re.compile(r"^\([\w-]+, pid=\d+\)\s*")  # Ray / SkyPilot: "(pretraining, pid=4112) "
 PRIMUS = re.compile(r"^\[\d{8} \d\d:\d\d:\d\d\]\[rank-(\d{1,9})/(\d{1,9})\]\[\s*\w+\s*\]\s*(?:\[-*[\w.]+:\d+\]\s*:)?\s*")
 PREFIX_START = frozenset("0123456789 \t[(")
+# An srun label followed by nothing ``clean`` reads as a further prefix: its rank without the loop in ``clean``.
+PLAIN_LABEL = re.compile(r"[ \t]*(\d{1,9}):[ \t]+(?!\[rank|\[\d{8} |\(|\d|\s)(?![^\n]*[\x1b\r])")
 
 
 class Line(NamedTuple):

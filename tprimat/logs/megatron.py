@@ -48,7 +48,7 @@ def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
 
 class MegatronParser(StreamParser):
     format = "megatron"
-    FAST = re.compile(r"^([^\n]*?)\biteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|([^\n]*)\n", re.M)
+    FAST = re.compile(r"\biteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|([^\n]*)\n")
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,10 +62,10 @@ class MegatronParser(StreamParser):
             self.attach_memory(int(m.group(1)), float(m.group(2)) / 1024, float(m.group(3)) / 1024)
         return []
 
-    def fast(self, match: re.Match) -> list[Step]:
-        if len(match.group(0)) < SHORT_LINE:  # a short line might be a config dump: the full path reads it
-            return self.feed(match.group(0))
-        return self.step_line(int(match.group(2)), match.group(3), match.group(4), self.prefix_rank(match.group(1)))
+    def fast(self, match: re.Match, prefix: str, length: int) -> list[Step]:
+        if length < SHORT_LINE:  # a short line might be a config dump: the full path reads it
+            return self.feed(prefix + match.group(0))
+        return self.step_line(int(match.group(1)), match.group(2), match.group(3), self.prefix_rank(prefix))
 
     def step_line(self, key: int, total: str, body: str, rank: Optional[int]) -> list[Step]:
         if self.echo(key, rank):  # another rank's copy: only its step time is new

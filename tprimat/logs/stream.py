@@ -17,7 +17,7 @@ import re
 from typing import Optional
 
 from tprimat.logs import facts as facts_mod
-from tprimat.logs.clean import Line, clean
+from tprimat.logs.clean import PLAIN_LABEL, Line, clean
 
 Step = dict
 FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOfMemoryError", "NCCL Error",
@@ -33,7 +33,7 @@ BLOCK_TRIGGERS = ("\x1b", " ...", "torchrun", "torch.distributed.run", "Transfor
 
 class StreamParser:
     format = ""
-    FAST: Optional[re.Pattern] = None  # one whole step line in a block (see ``feed_block``)
+    FAST: Optional[re.Pattern] = None  # a step line from its marker to the line end (see ``feed_block``)
 
     def __init__(self) -> None:
         self.facts: facts_mod.Facts = {}
@@ -60,18 +60,20 @@ class StreamParser:
 
     def feed_block(self, block: str) -> list[Step]:
         """Many raw lines at once, ending at a line end: the same steps as feeding them one by one. A format
-        with a ``FAST`` pattern (one whole step line, prefix in group 1) reads its step lines straight from
-        the block; the lines between them, and any block holding a fact, a failure or colour, go line by
-        line."""
+        with a ``FAST`` pattern (a step line from its marker to the line end; the marker starts with a literal,
+        so the search runs at C speed) reads its step lines straight from the block, the text before the marker
+        being the line's prefix; the lines between them, and any block holding a fact, a failure or colour, go
+        line by line."""
         if self.FAST is None or self.failure or any(word in block for word in BLOCK_TRIGGERS):
             return self._feed_lines(block)
         steps, pos = [], 0
         for m in self.FAST.finditer(block):
-            if m.start() > pos:
-                steps += self._feed_lines(block[pos:m.start()])
+            start = block.rfind("\n", pos, m.start()) + 1 or pos  # the step line's own start
+            if start > pos:
+                steps += self._feed_lines(block[pos:start])
             self.lines += 1
             try:
-                steps += self.fast(m)
+                steps += self.fast(m, block[start:m.start()], m.end() - start)
             except MANGLED:
                 pass  # a mangled line is skipped, never fatal (as in ``feed``)
             pos = m.end()
@@ -88,13 +90,16 @@ class StreamParser:
             steps += self.feed(raw)
         return steps
 
-    def fast(self, match: re.Match) -> list[Step]:
+    def fast(self, match: re.Match, prefix: str, length: int) -> list[Step]:
+        """One ``FAST`` match, the line's ``prefix`` before it and the whole line's ``length``."""
         raise NotImplementedError
 
     def prefix_rank(self, prefix: str) -> Optional[int]:
         """The rank (and world size) a step line's prefix names, as ``feed`` reads them."""
         if not prefix or prefix.isspace():
             return None
+        if (m := PLAIN_LABEL.match(prefix)):  # the common "3:  [timestamp] " srun label, without ``clean``
+            return int(m.group(1))
         line = clean(prefix)
         if line.world is not None:
             facts_mod.state(self.facts, "world_size", line.world, "log: rank prefix rank-N/W")
