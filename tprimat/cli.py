@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -49,6 +50,43 @@ def plan(args) -> int:
     return 0 if all(p.valid for p in points) else 2
 
 
+def project(args) -> int:
+    """Each point's projection on its target device (the same overrides as launch.py, sweep syntax too)."""
+    from tprimat.compose import Composer, expand
+    from tprimat.execute.prepare import prepare
+    from tprimat.execute.project import print_projection, projection_of, read_preflight
+    from tprimat.measure.devices import detect
+    from tprimat.spec.build import SpecError, build_spec
+
+    hw = detect()  # resolves platform=auto; a dry-run preparation checks nothing against this host
+    try:
+        preflight = read_preflight(args.preflight)
+    except (OSError, ValueError) as exc:
+        print(f"--preflight: {exc}")
+        return 2
+    bad, compose, out = 0, Composer().compose, []
+    for overrides in expand(list(args.overrides)):
+        label = " ".join(overrides) or "(defaults)"
+        try:
+            spec = build_spec(compose(overrides), hw)
+        except SpecError as exc:
+            print(f"{label}: invalid: {exc.problems[0]}")
+            bad += 1
+            continue
+        prepared = prepare(spec, hw, dry_run=True)
+        if prepared.problems:
+            print(f"{label}: invalid: {prepared.problems[0]}")
+            bad += 1
+            continue
+        result = projection_of(spec, prepared.plan, preflight)
+        print_projection(label, result)
+        out.append({"overrides": overrides, "projection": result})
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 2 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tprimat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan_parser.add_argument("--deep", action="store_true",
                              help="native backend: build one rank of every pipeline stage of each layout for real, "
                                   "full size, in a fake world on this CPU (parameter, gradient and optimizer bytes)")
+    project_parser = sub.add_parser("project", help="projected step time, tokens/s and MFU of a spec on its device")
+    project_parser.add_argument("overrides", nargs="*", help="the same overrides as launch.py (sweep syntax too)")
+    project_parser.add_argument("--preflight", help="a tprimat preflight file: measured ceilings instead of the table")
+    project_parser.add_argument("--json", help="write every point's projection to this JSON file")
     return parser
 
 
@@ -90,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(compare(args))
     if args.command == "plan":
         sys.exit(plan(args))
+    if args.command == "project":
+        sys.exit(project(args))
     if args.command == "ingest":
         from tprimat.compose import compose
         from tprimat.ingest.cli import run as ingest

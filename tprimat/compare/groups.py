@@ -11,6 +11,7 @@ its provenance. The statistics are in ``tprimat.compare.stats``; the checks that
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -168,6 +169,16 @@ def estimate(group: Group) -> tuple[Optional[float], stats.Interval]:
     return rates[0], stats.Interval(rates[0], rates[0], "none")
 
 
+def projected(group: Group, per_device: Optional[float]) -> dict:
+    """The runs' own projection (``tprimat.spec.projection``) beside the measurement: median over the runs that
+    carry one, and measured / projected."""
+    rates = [p["tokens_per_s_per_device"] for run in group.runs
+             if (p := run.result.get("projection")) and p.get("available") and p.get("tokens_per_s_per_device")]
+    value = statistics.median(rates) if rates else None
+    return {"projected_tokens_per_s_per_device": value,
+            "measured_vs_projected": per_device / value if value and per_device else None}
+
+
 def derive(group: Group, ceilings: dict) -> None:
     group.repeats = [r for run in group.runs for r in repeats_of(run)]
     per_device, interval = estimate(group)
@@ -196,6 +207,7 @@ def derive(group: Group, ceilings: dict) -> None:
     ceiling = ceilings.get((ceiling_key(group.first), group.precision))
     m["mfu_vs_measured"] = tflops / ceiling if tflops is not None and ceiling else None
     m["measured_ceiling_tflops"] = ceiling
+    m.update(projected(group, per_device))
     peaks_mem = [s["peak_memory_gib"] for s in group.measured() if s.get("peak_memory_gib") is not None]
     m["peak_memory_gib"] = max(peaks_mem) if peaks_mem else None
     capacity = plan.get("device_memory_gib")

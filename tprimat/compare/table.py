@@ -12,7 +12,8 @@ from tprimat.compare.speedups import Speedup
 COLUMNS = [  # (header, key in group_summary)
     ("model", "model"), ("framework", "framework"), ("device", "device"), ("devices", "world_size"),
     ("methodology", "methodology"), ("layout", "layout"), ("precision", "precision"),
-    ("tokens/s/device", "tokens_per_s_per_device"), ("step time s (median)", "step_time_s_median"),
+    ("tokens/s/device", "tokens_per_s_per_device"), ("projected tokens/s/device", "projected_tokens_per_s_per_device"),
+    ("measured / projected", "measured_vs_projected"), ("step time s (median)", "step_time_s_median"),
     ("step time IQR s", "step_time_s_iqr"), ("TFLOP/s/device", "tflops_per_device"), ("MFU", "mfu"),
     ("peak mem GiB", "peak_memory_gib"), ("$ per 1T tokens", "usd_per_1t_tokens"),
     ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"), ("flags", "flags"),
@@ -24,7 +25,7 @@ def fmt(value, key: str = "") -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
-        if key in ("mfu", "mfu_vs_measured", "memory_utilisation"):
+        if key in ("mfu", "mfu_vs_measured", "memory_utilisation", "measured_vs_projected"):
             return f"{value:.1%}"
         if abs(value) >= 100:
             return f"{value:,.0f}"

@@ -2,6 +2,8 @@
 
 - Achievable dense matmul TFLOP/s per dtype (square GEMMs, best size, median of timed iterations after a
   burn-in; fp32 without TF32).
+- Memory bandwidth (``memory_gb_s``): a large tensor copy, bytes read + written per second; per-operation
+  overhead (``op_overhead_us``): tiny elementwise ops issued back to back.
 - With ``--ranks N`` (N > 1): all-reduce bus bandwidth over N local processes (gloo on CPU, NCCL/RCCL on
   GPUs), bus bandwidth = bytes * 2 (N - 1) / N / time, as nccl-tests reports it.
 The result is a JSON file (``kind: tprimat_preflight``) that ``tprimat compare`` reads.
@@ -57,6 +59,35 @@ def measure_matmul(device: torch.device, sizes: list[int], iters: int, dtypes: l
             detail.append({"dtype": name, "n": n, "tflops": value})
             best[name] = max(best.get(name, 0.0), value)
     return best, detail
+
+
+def memory_gb_s(device: torch.device, mib: int, iters: int) -> float:
+    """Copy bandwidth, bytes read + written per second (STREAM's copy), median of timed copies after a burn-in."""
+    src = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(2):
+        dst.copy_(src)
+    times = []
+    for _ in range(iters):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.numel() * 4 / statistics.median(times) / 1e9
+
+
+def op_overhead_us(device: torch.device, ops: int = 2000) -> float:
+    """Per-operation cost of a tiny elementwise op issued back to back (dispatch, and launch on GPUs)."""
+    x = torch.zeros(1, device=device)
+    for _ in range(50):
+        x.add_(1)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(ops):
+        x.add_(1)
+    sync(device)
+    return (time.perf_counter() - t0) / ops * 1e6
 
 
 def _allreduce_worker(rank: int, world: int, init_file: str, sizes_mib: list[int], iters: int, out: str) -> None:
@@ -126,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
               "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "host": socket.gethostname(), "platform": hw.kind, "device_name": hw.device_name,
               "device_key": hw.gpu_key, "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "matmul_tflops": best, "matmul_detail": detail, "allreduce": None}
+              "matmul_tflops": best, "matmul_detail": detail,
+              "memory_gb_s": memory_gb_s(device, 256 if device.type == "cpu" else 2048, max(args.iters, 5)),
+              "op_overhead_us": op_overhead_us(device), "allreduce": None}
     if args.ranks > 1:
         record["allreduce"] = measure_allreduce(args.ranks, [int(s) for s in args.allreduce_mib.split(",")],
                                                 args.iters)
@@ -135,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(record, indent=2) + "\n")
     for name, value in best.items():
         print(f"matmul {name}: {value:.3f} TFLOP/s ({hw.device_name})")
+    print(f"memory copy: {record['memory_gb_s']:.1f} GB/s; per-operation overhead {record['op_overhead_us']:.1f} us")
     if record["allreduce"]:
         print(f"all-reduce ({args.ranks} ranks, {record['allreduce']['backend']}): "
               f"{record['allreduce']['max_busbw_gbps']:.2f} GB/s bus bandwidth")

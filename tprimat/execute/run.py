@@ -16,6 +16,7 @@ from typing import Optional
 from tprimat.backends.base import RunOutcome
 from tprimat.execute.distributed import RankEnv, device_type, rank_env, rank_summary, run_on_this_rank
 from tprimat.execute.prepare import Prepared, prepare
+from tprimat.execute.project import projection_of
 from tprimat.execute.signals import Interrupted, signals_raise
 from tprimat.execute.spawn import spawn_local
 from tprimat.measure import environment
@@ -90,7 +91,8 @@ def _dry_run(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path
         plan_dict["backend_config"] = written
         log.info("would run: %s", " ".join(written["argv"]))
     result = make_result(status="dry_run", plan=plan_dict, framework=framework,
-                         warnings=list(prepared.plan.warnings), **common)
+                         warnings=list(prepared.plan.warnings),
+                         projection=projection_of(prepared.spec, prepared.plan), **common)
     return _finish(result, run_dir, EXIT_OK)
 
 
@@ -213,6 +215,7 @@ def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, fr
     return make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
                        summary=summary, warnings=warnings, wandb=wandb_info, ranks=measured.ranks,
                        audit=measured.outcome.audit, telemetry=telemetry,
+                       projection=projection_of(prepared.spec, plan),
                        framework={**framework, "effective": measured.outcome.effective},
                        **measured.outcome.sections, **common)
 

@@ -61,6 +61,38 @@ DEVICES: dict[str, DeviceSpec] = {
 
 # Measured achievable BF16 matmul ceilings (MAMF), TFLOP/s: Stas Bekman, ml-engineering mamf-finder.
 MAMF_BF16_TFLOPS = {"h100": 794.5, "b200": 1745.0, "mi300x": 668.4, "mi325x": 784.9, "mi355x": 1565.0}
+MAMF_SAME_DIE = {"h200": "h100"}  # H200: the H100 SXM's GH100 die and clocks with more HBM: H100's ceiling
+MAMF_SOURCE = "Maximum Achievable Matmul FLOPS, BF16 (Stas Bekman, ml-engineering, mamf-finder)"
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Memory and link bandwidths of one device, from its vendor's spec sheet: ceilings, not measurements."""
+
+    hbm_gb_s: float  # HBM bandwidth
+    link_gb_s: float  # GPU-to-GPU inside a node, per direction (half the marketed bidirectional figure)
+    source: str
+
+
+BANDWIDTHS = {
+    "a100": Bandwidth(2039.0, 300.0, "NVIDIA A100 80GB SXM datasheet: 2,039 GB/s HBM2e; NVLink 3 600 GB/s bidirectional"),
+    "h100": Bandwidth(3350.0, 450.0, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3; NVLink 4 900 GB/s bidirectional"),
+    "h200": Bandwidth(4800.0, 450.0, "NVIDIA H200 SXM datasheet: 4.8 TB/s HBM3e; NVLink 4 900 GB/s bidirectional"),
+    "b200": Bandwidth(8000.0, 900.0, "NVIDIA DGX B200 datasheet: 64 TB/s HBM3e over 8 GPUs; NVLink 5 1.8 TB/s "
+                                     "bidirectional per GPU"),
+    "mi250x": Bandwidth(3276.8, 200.0, "AMD Instinct MI250X datasheet: 3.2768 TB/s HBM2e; 8 Infinity Fabric links "
+                                       "of 50 GB/s per direction (400 GB/s per direction in all)"),
+    "mi300x": Bandwidth(5300.0, 448.0, "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3; 7 Infinity Fabric links, "
+                                       "896 GB/s aggregate bidirectional"),
+    "mi325x": Bandwidth(6000.0, 448.0, "AMD Instinct MI325X datasheet: 6 TB/s HBM3e; 7 Infinity Fabric links, "
+                                       "896 GB/s aggregate bidirectional"),
+    "mi355x": Bandwidth(8000.0, 537.6, "AMD Instinct MI355X datasheet: 8 TB/s HBM3e; 7 Infinity Fabric links of "
+                                       "153.6 GB/s bidirectional (1,075 GB/s)"),
+}
+# Between nodes, per GPU and direction: one 400 Gb/s NIC per GPU, as in DGX H100/H200/B200 (ConnectX-7) and
+# the MI300X/MI325X/MI355X reference platforms (8x 400G NICs). A cluster's own figure: ``tprimat preflight``.
+INTER_NODE_GB_S = 50.0
+INTER_NODE_SOURCE = "one 400 Gb/s NIC per GPU (DGX H100/B200 and AMD Instinct platform reference designs)"
 
 # Precision each platform kind can train in at all (device-specific limits come from DEVICES).
 PLATFORM_PRECISIONS = {"cpu": ("fp32", "bf16"), "nvidia": ("fp32", "bf16", "fp8"), "amd": ("fp32", "bf16", "fp8")}

@@ -149,6 +149,7 @@ class BenchmarkConf(Freezable):
     repeats: int = 1  # independent repetitions (fresh model, same seed) in one run
     telemetry: bool = True  # sample power / energy / utilisation during the measured steps
     telemetry_interval_s: float = 0.5
+    preflight_file: Optional[str] = None  # a tprimat preflight JSON: measured ceilings for the projection
 
 
 @dataclass

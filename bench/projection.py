@@ -1,0 +1,142 @@
+"""How close ``tprimat project`` comes to published throughput, and to tprimat's own CPU runs.
+
+Every published row of the reference table (per-GPU tokens/s of Llama 3 / 3.1 8B and 70B on H100, H200, B200
+and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the spec can express (the GPU,
+model, precision, GPU count, batch and layout) is projected from the hardware table's published ceilings;
+nothing is fitted to these rows. Rows it cannot express are listed with the reason. Then a few CPU runs of
+tprimat's own native backend are measured here and projected from a ``tprimat preflight`` of this machine.
+
+Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1), the median
+absolute error of the CPU runs, and last ``projection_median_abs_error=<x>`` over the published rows.
+
+    python bench/projection.py [--no-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tprimat.compose import compose  # noqa: E402
+from tprimat.execute.prepare import prepare  # noqa: E402
+from tprimat.execute.project import projection_of  # noqa: E402
+from tprimat.spec.build import build_spec  # noqa: E402
+from tprimat.spec.detect import DetectedHardware  # noqa: E402
+from tprimat.spec.plan import make_plan  # noqa: E402
+
+SEQ = "training.seq_length=8192"
+MB = "Megatron-Bridge docs/performance-summary-archive.md (25.11)"
+TITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+
+
+def nodes(gpus: int) -> list[str]:
+    return [f"platform.devices_per_node={min(gpus, 8)}", f"platform.nodes={max(gpus // 8, 1)}"]
+
+
+def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, source, model="llama", framework="megatron"):
+    overrides = [f"platform={platform}", f"platform.gpu={gpu}", f"model={model}", f"framework={framework}",
+                 SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
+                 f"training.precision={precision}", *nodes(gpus), *layout]
+    return {"name": name, "overrides": overrides, "published": published, "source": source}
+
+
+FSDP, SEL, COMPILE = "parallelism.fsdp=true", "training.activation_checkpointing=selective", "training.compile=true"
+ANCHORS = [
+    row("H100 8B FP8 FSDP, Megatron-Bridge", "h100", "nvidia", 8, 128, 1, "fp8", [FSDP], 14451, MB),
+    row("H100 8B FP8 CP2, NeMo 24.07", "h100", "nvidia", 8, 128, 1, "fp8", ["parallelism.cp=2"], 12036,
+        "NVIDIA/NeMo docs/source/performance/performance_summary.md (24.07)", framework="nemo"),
+    row("H100 8B BF16 FSDP, torchtitan", "h100", "nvidia", 8, 16, 2, "bf16", [FSDP, SEL], 5762, TITAN,
+        framework="torchtitan"),
+    row("H100 8B BF16 FSDP+compile, torchtitan", "h100", "nvidia", 8, 16, 2, "bf16", [FSDP, SEL, COMPILE], 6667,
+        TITAN, framework="torchtitan"),
+    row("H100 8B FP8 FSDP+compile, torchtitan", "h100", "nvidia", 8, 16, 2, "fp8", [FSDP, SEL, COMPILE], 8532,
+        TITAN, framework="torchtitan"),
+    row("H100 70B BF16 FSDP32 TP8, torchtitan", "h100", "nvidia", 256, 512, 16, "bf16",
+        [FSDP, "parallelism.tp=8", "parallelism.sequence_parallel=true", "training.activation_checkpointing=full"],
+        652, "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md", model="llama70b",
+        framework="torchtitan"),
+    row("H200 8B FP8 FSDP+compile x32, torchtitan", "h200", "nvidia", 32, 64, 2, "fp8", [FSDP, COMPILE], 10938,
+        "torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md", framework="torchtitan"),
+    row("H200 8B FP8 CP2 x64, MLPerf v5.1", "h200", "nvidia", 64, 32, 1, "fp8", ["parallelism.cp=2"], 11570,
+        "mlcommons/training_results_v5.1 HPE XD670 H200 llama31_8b (derived from step times)", framework="nemo"),
+    row("B200 8B FP8 DP, Megatron-Bridge", "b200", "nvidia", 8, 128, 2, "fp8", [], 30624, MB),
+    row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
+        "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
+]
+NOT_EXPRESSIBLE = [
+    ("H100 70B FP8 TP4 PP8 VP5, Megatron-Bridge (1,664)", "interleaved virtual pipeline (VP5) is not a spec key"),
+    ("H100 70B FP8 TP4 PP4 CP2 VP5, NeMo 24.07 (1,533)", "interleaved virtual pipeline (VP5) is not a spec key"),
+    ("H100 70B FP8 tensorwise FSDP32 TP8 async-TP, torchtitan (942)", "async TP overlap is not modelled separately"),
+    ("GB200 8B NVFP4, MLPerf v5.1 (~40,400)", "GB200 and NVFP4 are not in the hardware table"),
+    ("MI300X / MI325X / MI355X cvs rows", "acceptance floors, not measurements"),
+]
+CPU_RUNS = [["model=llama_tiny"], ["model=qwen_tiny", "training.micro_batch_size=2"],
+            ["model=mistral_tiny", "training.seq_length=512", "training.global_batch_size=4",
+             "training.micro_batch_size=2"]]
+
+
+def project_row(overrides: list[str], preflight=None) -> dict:
+    hw = DetectedHardware("cpu", "projection", 1, 0.0, None)
+    spec = build_spec(compose(overrides), hw)
+    prepared = prepare(spec, hw, dry_run=True)
+    if prepared.plan is not None:
+        return projection_of(spec, prepared.plan, preflight)
+    if all("exceeds" in problem and "GiB" in problem for problem in prepared.problems):
+        # a published run that fit on its GPUs: the memory estimate over-counts (docs/benchmarks.md), the
+        # projection does not depend on it
+        return {**projection_of(spec, make_plan(spec, hw), preflight), "note": "memory estimate over-counts"}
+    return {"available": False, "reason": prepared.problems[0]}
+
+
+def cpu_anchor(overrides: list[str], preflight_file: str, tmp: Path) -> tuple[str, float, float]:
+    run_dir = tmp / "_".join(o.replace("=", "-") for o in overrides)
+    subprocess.run([sys.executable, str(ROOT / "launch.py"), *overrides, "platform=cpu", "logging.wandb.mode=disabled",
+                    "training.max_steps=12", f"benchmark.preflight_file={preflight_file}",
+                    f"hydra.run.dir={run_dir}"], check=True, capture_output=True, cwd=ROOT)
+    result = json.loads((run_dir / "result.json").read_text())
+    return " ".join(overrides), result["projection"]["tokens_per_s_per_device"], \
+        result["summary"]["tokens_per_s_per_device"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-cpu", action="store_true", help="published rows only")
+    args = parser.parse_args()
+    errors = []
+    for anchor in ANCHORS:
+        p = project_row(anchor["overrides"])
+        if not p["available"]:
+            print(f"{anchor['name']}: not projected: {p['reason']}")
+            continue
+        error = p["tokens_per_s_per_device"] / anchor["published"] - 1
+        errors.append(abs(error))
+        note = f" ({p['note']})" if p.get("note") else ""
+        print(f"{anchor['name']}: predicted {p['tokens_per_s_per_device']:,.0f} tokens/s/GPU, published "
+              f"{anchor['published']:,}, error {error:+.1%}{note}  [{anchor['source']}]")
+    for name, why in NOT_EXPRESSIBLE:
+        print(f"{name}: not expressed: {why}")
+    if not args.no_cpu:
+        with tempfile.TemporaryDirectory() as tmp:
+            preflight = Path(tmp) / "preflight.json"
+            subprocess.run([sys.executable, "-m", "tprimat", "preflight", "--out", str(preflight), "--iters", "5"],
+                           check=True, capture_output=True, cwd=ROOT)
+            cpu_errors = []
+            for overrides in CPU_RUNS:
+                name, predicted, measured = cpu_anchor(overrides, str(preflight), Path(tmp))
+                cpu_errors.append(abs(predicted / measured - 1))
+                print(f"CPU {name}: predicted {predicted:,.0f} tokens/s, measured {measured:,.0f}, "
+                      f"error {predicted / measured - 1:+.1%}")
+        print(f"cpu_median_abs_error={statistics.median(cpu_errors):.3f}")
+    print(f"projection_median_abs_error={statistics.median(errors):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The projection: its arithmetic on hand-computed cases, the ceilings it reads, the operation trace against
+the FLOPs formulas, and the projection a dry run, a CPU run and compare carry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import QUICK, run_inprocess
+from tprimat.compare.groups import build_groups, group_summary
+from tprimat.compare.load import Loaded
+from tprimat.compose import compose
+from tprimat.spec import flops
+from tprimat.spec.build import build_spec
+from tprimat.spec.projection import Ceilings, Group, OpCost, Work, ceilings, link_gb_s, project
+
+TABLE = ["platform=nvidia", "platform.gpu=h100", "model=llama_tiny"]
+# 100 TFLOP/s, 1000 GB/s memory, 100 GB/s in a node, 10 GB/s per GPU across nodes: round numbers to check by hand
+ROUND = Ceilings(100.0, 100.0, 1000.0, 100.0, 10.0)
+# one layer: forward a 2-TFLOP matmul moving 1 GB (0.02 s) and an elementwise op moving 3 GB (0.003 s);
+# backward a 4-TFLOP matmul moving 2 GB (0.04 s): 0.063 s per layer per micro batch
+WORK = Work({"layer": {"fwd": [OpCost("matmul", 2e12, 1e9), OpCost("memory", 0.0, 3e9)],
+                       "bwd": [OpCost("matmul", 4e12, 2e9)]}})
+LAYER_S = 0.02 + 0.003 + 0.04
+
+
+def spec_of(*overrides):
+    return build_spec(compose([*TABLE, *overrides]))
+
+
+def test_data_parallel_step_by_hand():
+    spec = spec_of("platform.devices_per_node=2", "parallelism.fsdp=false", "training.global_batch_size=8",
+                   "training.micro_batch_size=2")
+    p = project(spec, WORK, ROUND, dp=2, accum=2, peak_tflops=None)
+    params = flops.param_counts(spec.model)[0]  # llama_tiny, pp=1: the whole model on every rank
+    compute = 2 * 4 * LAYER_S  # 2 micro batches x 4 layers
+    all_reduce = 2 * (2 - 1) / 2 * params * 4 / 100e9  # fp32 gradients (native), ring over 2 ranks in a node
+    exposed = max(0.0, all_reduce - 4 * 0.04)  # hidden behind the last micro batch's backward
+    step = compute + exposed + params * 28 / 1000e9
+    assert p["step_time_s"] == pytest.approx(step, rel=1e-12)
+    assert p["breakdown_s"]["compute_s"] == pytest.approx(compute)
+    assert p["tokens_per_s_per_device"] == pytest.approx(8 * spec.training.seq_length / step / 2)
+    assert p["mfu"] is None  # no peak given
+
+
+def test_fsdp_traffic_hides_behind_compute_and_shards_the_optimizer_by_hand():
+    spec = spec_of("platform.devices_per_node=2", "parallelism.fsdp=true", "training.global_batch_size=8",
+                   "training.micro_batch_size=2")
+    slow = Ceilings(100.0, 100.0, 1000.0, 0.01, 0.01)  # 10 MB/s links: FSDP traffic outlasts the compute
+    p = project(spec, WORK, slow, dp=2, accum=2, peak_tflops=None)
+    params = flops.param_counts(spec.model)[0]
+    gather, scatter = (2 - 1) / 2 * params * 2 / 0.01e9, (2 - 1) / 2 * params * 4 / 0.01e9  # bf16 params, fp32 grads
+    compute = 2 * 4 * LAYER_S
+    assert p["breakdown_s"]["fsdp_s"] == pytest.approx(2 * (2 * gather + scatter) - compute)
+    assert p["breakdown_s"]["optimizer_s"] == pytest.approx(params / 2 * 28 / 1000e9)
+
+
+def test_tensor_parallel_collectives_are_exposed_by_hand():
+    spec = spec_of("platform.devices_per_node=2", "parallelism.tp=2", "training.global_batch_size=8",
+                   "training.micro_batch_size=2")
+    p = project(spec, WORK, ROUND, dp=1, accum=4, peak_tflops=989.4)
+    activation = 2 * spec.training.seq_length * spec.model.hidden_size * 2  # bf16
+    tp = 4 * 4 * 4 * (2 * (2 - 1) / 2 * activation / 100e9)  # micro batches x layers x 4 all-reduces
+    params = flops.param_counts(spec.model)[0] / 2
+    step = 4 * 4 * LAYER_S / 2 + tp + params * 28 / 1000e9
+    assert p["breakdown_s"]["tp_s"] == pytest.approx(tp)
+    assert p["step_time_s"] == pytest.approx(step, rel=1e-12)
+    tflops = flops.flops_per_token(spec.model, spec.training.seq_length) * p["tokens_per_s_per_device"] / 1e12
+    assert p["mfu"] == pytest.approx(tflops / 989.4)
+
+
+def test_pipeline_bubble_is_pp_minus_one_micro_batches():
+    spec = spec_of("platform.devices_per_node=2", "parallelism.pp=2", "training.global_batch_size=8",
+                   "training.micro_batch_size=2")
+    p = project(spec, WORK, ROUND, dp=1, accum=4, peak_tflops=None)
+    micro = 2 * LAYER_S  # 4 layers over 2 stages
+    assert p["micro_batch_s"] == pytest.approx(micro)
+    assert p["breakdown_s"]["bubble_s"] == pytest.approx((2 - 1) * micro)
+    assert p["breakdown_s"]["compute_s"] == pytest.approx(4 * micro)
+
+
+def test_a_group_across_nodes_rings_over_one_nic_per_local_member():
+    assert link_gb_s(Group("tp", 8, 1), 8, ROUND) == 100.0  # fits in a node
+    assert link_gb_s(Group("dp", 16, 1), 8, ROUND) == pytest.approx(min(100.0, 10.0 * 8))
+    assert link_gb_s(Group("dp", 8, 4), 8, ROUND) == pytest.approx(10.0 * 2)  # stride 4: two members per node
+    assert link_gb_s(Group("dp", 4, 8), 8, ROUND) == pytest.approx(10.0)  # one member per node
+
+
+def test_ceilings_come_from_the_table_with_sources_or_say_why_not():
+    c, why = ceilings(spec_of())
+    assert why is None and c.matmul_tflops == 794.5 and c.memory_gb_s == 3350.0 and c.intra_node_gb_s == 450.0
+    assert "mamf" in c.sources["matmul"].lower()
+    fp8, _ = ceilings(spec_of("training.precision=fp8"))
+    assert fp8.matmul_tflops == pytest.approx(1978.9 * 794.5 / 989.4) and fp8.attention_tflops == 794.5
+    h200, _ = ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=h200", "model=llama_tiny"])))
+    assert h200.matmul_tflops == 794.5 and h200.memory_gb_s == 4800.0 and "same die" in h200.sources["matmul"]
+    none, why = ceilings(build_spec(compose(["platform=cpu", "model=llama_tiny"])))
+    assert none is None and "preflight" in why
+
+
+def test_the_trace_counts_the_flops_the_formulas_give():
+    from tprimat.backends.native.opcount import trace_work
+
+    spec = spec_of("training.micro_batch_size=2", "training.seq_length=128")
+    work = trace_work(spec)
+    d, tokens = flops.dims(spec.model), 2 * 128
+    linear = 2 * tokens * (d.hidden * (d.q_size + 2 * d.kv_size) + d.q_size * d.hidden + 3 * d.hidden * d.ffn)
+    attention = 4 * 2 * d.heads * 128 * 128 * d.head_dim / 2  # causal
+    fwd, bwd = work.ops("layer", "fwd"), work.ops("layer", "bwd")
+    assert sum(o.flops for o in fwd if o.kind == "matmul") == linear
+    assert sum(o.flops for o in bwd if o.kind == "matmul") == 2 * linear  # input and weight gradients
+    assert sum(o.flops for o in fwd if o.kind == "attention") == attention
+    assert sum(o.flops for o in bwd if o.kind == "attention") == 2.5 * attention
+    head = sum(o.flops for o in work.ops("head", "fwd") if o.kind == "matmul")
+    assert head == 2 * tokens * d.hidden * d.vocab
+    assert all(o.bytes > 0 for o in fwd)
+
+
+def test_a_dry_run_carries_its_projection(tmp_path):
+    outcome = run_inprocess(tmp_path, [*TABLE, "platform.devices_per_node=2", "dry_run=true"])
+    p = outcome.result["projection"]
+    assert p["available"] and p["step_time_s"] > 0 and p["mfu"] < 1
+    assert set(p["breakdown_s"]) >= {"compute_s", "bubble_s", "tp_s", "fsdp_s", "dp_s", "optimizer_s"}
+    assert p["sources"]["memory"].startswith("NVIDIA H100")
+
+
+def test_a_cpu_run_is_projected_from_a_preflight_file_and_compare_puts_them_side_by_side(tmp_path):
+    preflight = tmp_path / "preflight.json"
+    preflight.write_text(json.dumps({"kind": "tprimat_preflight", "device_name": "this CPU", "platform": "cpu",
+                                     "created_at": "now", "matmul_tflops": {"fp32": 0.1, "bf16": 0.5},
+                                     "memory_gb_s": 20.0, "op_overhead_us": 5.0}))
+    outcome = run_inprocess(tmp_path / "run", ["platform=cpu", *QUICK, f"benchmark.preflight_file={preflight}"])
+    p = outcome.result["projection"]
+    assert p["available"] and p["ceilings"]["matmul_tflops"] == 0.5 and p["ceilings"]["op_overhead_s"] == 5e-6
+    [group] = build_groups([Loaded(tmp_path / "run" / "result.json", outcome.result)])
+    s = group_summary(group)
+    assert s["projected_tokens_per_s_per_device"] == p["tokens_per_s_per_device"]
+    assert s["measured_vs_projected"] == pytest.approx(s["tokens_per_s_per_device"] / p["tokens_per_s_per_device"])
+    no_file = run_inprocess(tmp_path / "plain", ["platform=cpu", *QUICK])
+    assert no_file.result["projection"]["available"] is False
+    assert "preflight" in no_file.result["projection"]["reason"]

@@ -1,0 +1,121 @@
+"""FLOPs and bytes of every operation of one micro batch, traced over fake tensors (no memory, no device):
+the input of the step-time projection (``tprimat.spec.projection``).
+
+One decoder layer of the native model (the spec's dimensions, its parameters in the compute dtype, seq/cp
+tokens) and the output head with its loss run forward and backward under a ``TorchDispatchMode`` that sees
+each ATen operation: FLOPs from ``torch.utils.flop_counter``'s own formulas, bytes from the operation's input
+and output tensors (views move none). Attention is the fused kernel's call; its FLOPs are counted as
+flash-attention kernels do the work: causal masking halves them, the backward is 2.5x the forward
+(recomputing the scores; Dao, FlashAttention-2, section 4.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tprimat.spec.memory import state_bytes_per_param
+from tprimat.spec.projection import OpCost, Work
+from tprimat.spec.schema import TprimatConf
+
+ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def tensor_bytes(values) -> int:
+    import torch
+
+    total = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+        elif isinstance(v, (list, tuple)):
+            total += tensor_bytes(v)
+    return total
+
+
+def attention_flops(q, k, causal: bool = True) -> float:
+    """Forward FLOPs of fused attention: QK^T and PV, 2 FLOPs per multiply-add, halved when causal."""
+    bsz, heads, s_q, head_dim = q.shape
+    return 4.0 * bsz * heads * s_q * k.shape[-2] * head_dim * (0.5 if causal else 1.0)
+
+
+class OpRecorder:
+    """A dispatch mode recording OpCost per ATen call, into ``self.ops`` (switchable between phases)."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        class Recorder(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops: list[OpCost] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                returns = func._schema.returns
+                if func.namespace != "aten" or (returns and returns[0].alias_info is not None):
+                    return out  # views, prims and metadata move no data
+                name = func._overloadpacket.__name__
+                moved = tensor_bytes(args) + tensor_bytes(kwargs.values()) + tensor_bytes([out])
+                if name in ATTENTION:
+                    self.ops.append(OpCost("attention", attention_flops(args[0], args[1]), moved))
+                elif name.removesuffix("_backward") in ATTENTION:
+                    self.ops.append(OpCost("attention", 2.5 * attention_flops(args[1], args[2]), moved))
+                elif func._overloadpacket in flop_registry:
+                    counted = flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+                    self.ops.append(OpCost("matmul", float(counted), moved))
+                else:
+                    self.ops.append(OpCost("memory", 0.0, moved))
+                return out
+
+        return Recorder()
+
+
+def trace_work(spec: TprimatConf) -> Work:
+    """One micro batch of the spec's model at its local shapes (seq/cp tokens, before tensor parallelism)."""
+    import torch
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tprimat.backends.native.model import Block, RMSNorm, head_dim_of, rope_cache, rope_frequencies
+
+    cfg, tr = spec.model, spec.training
+    # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
+    # policy, frameworks with a bf16 model copy)
+    autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and state_bytes_per_param(spec)[0] == 4
+    dtype = torch.float32 if tr.precision == "fp32" or autocast else torch.bfloat16
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
+    tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
+    with torch.device("meta"):
+        block = Block(cfg, head_dim_of(cfg)).to(dtype)
+        norm, output = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps).to(dtype), \
+            torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(dtype)
+        embedding = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size).to(dtype)
+    parts: dict = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        for module in (block, norm, output, embedding):
+            module.to_empty(device="cpu")
+        cos, sin = rope_cache(rope_frequencies(cfg, head_dim_of(cfg)), tokens[1])
+        x = torch.randn(*tokens, cfg.hidden_size, dtype=dtype, requires_grad=True)
+        parts["layer"] = traced(lambda: block(x, cos, sin), cast)
+        targets = torch.randint(0, cfg.vocab_size, tokens)
+        parts["head"] = traced(lambda: F.cross_entropy(output(norm(x)).float().reshape(-1, cfg.vocab_size),
+                                                       targets.reshape(-1)), cast)
+        ids = torch.randint(0, cfg.vocab_size, tokens)
+        parts["embedding"] = traced(lambda: embedding(ids), cast)
+    return Work(parts)
+
+
+def traced(forward, cast) -> dict:
+    import torch
+
+    recorder = OpRecorder()
+    with recorder:
+        with cast():
+            out = forward()
+        fwd = list(recorder.ops)
+        recorder.ops.clear()
+        out.backward(torch.ones_like(out)) if out.dim() else out.backward()
+    return {"fwd": fwd, "bwd": list(recorder.ops)}

@@ -1,0 +1,53 @@
+"""The projection of a spec on its target device (``tprimat project``, and the ``projection`` section of dry
+runs and runs): the fake-tensor trace of the native model's operations, the target's ceilings (hardware table
+or a ``tprimat preflight`` file), and ``tprimat.spec.projection``'s arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from tprimat.spec.plan import Plan
+from tprimat.spec.projection import ceilings, project, unavailable
+from tprimat.spec.schema import TprimatConf
+
+
+def read_preflight(path: Optional[str]) -> Optional[dict]:
+    if not path:
+        return None
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("kind") != "tprimat_preflight":
+        raise ValueError(f"{path}: not a tprimat preflight file (kind: tprimat_preflight)")
+    return data
+
+
+def projection_of(spec: TprimatConf, plan: Plan, preflight: Optional[dict] = None) -> dict:
+    """Never raises: what cannot be projected says why (``available: false``, ``reason``)."""
+    try:
+        preflight = preflight if preflight is not None else read_preflight(spec.benchmark.preflight_file)
+    except (OSError, ValueError) as exc:
+        return unavailable(f"benchmark.preflight_file: {exc}")
+    found, why = ceilings(spec, preflight)
+    if found is None:
+        return unavailable(why)
+    try:
+        from tprimat.backends.native.opcount import trace_work
+
+        work = trace_work(spec)
+    except Exception as exc:  # noqa: BLE001 - a model the tracer cannot follow has no projection, and says so
+        return unavailable(f"the operation trace failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    return project(spec, work, found, plan.dp, plan.grad_accum_steps, plan.peak_tflops)
+
+
+def print_projection(label: str, p: dict) -> None:
+    if not p["available"]:
+        print(f"{label}: no projection: {p['reason']}")
+        return
+    mfu = f", MFU {p['mfu']:.1%}" if p["mfu"] is not None else ""
+    print(f"{label}: step {p['step_time_s']:.4g} s, {p['tokens_per_s_per_device']:,.0f} tokens/s/device, "
+          f"{p['tflops_per_device']:,.1f} TFLOP/s/device{mfu}")
+    parts = ", ".join(f"{k.removesuffix('_s')} {v:.3g} s" for k, v in p["breakdown_s"].items() if v)
+    print(f"  where the time goes: {parts}")
+    for name, value in p["ceilings"].items():
+        print(f"  ceiling {name}: {value}  ({p['sources'].get(name.rsplit('_', 2)[0], '')})")

@@ -1,0 +1,243 @@
+"""Projected step time of a spec on a target device: a roofline of the traced operations plus the layout's
+communication. Pure arithmetic over data: the operations come from a fake-tensor trace
+(``tprimat.backends.native.opcount``), the ceilings from the hardware table or a ``tprimat preflight`` file.
+
+Model, each assumption stated in the result's ``projection.assumptions``:
+- An operation takes max(FLOPs / compute ceiling, bytes / memory bandwidth), plus (CPU, synchronous) or at
+  least (GPU, launched ahead) the per-operation overhead a preflight measured; a micro batch on one device is the
+  sum over its operations (one decoder layer traced, times the layers of the heaviest pipeline stage, plus the
+  output head and loss). Tensor parallelism divides each layer's work evenly over ``tp``; context parallelism
+  gives each rank seq/cp queries against all keys.
+- Linear layers run at the matmul ceiling of the training precision, attention at the BF16 one (also under
+  FP8), other operations at the memory bandwidth, one by one as eager PyTorch runs them (compile's fusion is
+  not modelled). Full recompute repeats the layer's forward; selective recompute repeats attention.
+- Collectives are rings: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n, over
+  the group's slowest link (inside a node when the group fits in one; across nodes, one NIC per member the
+  group has in each node, as NCCL/RCCL spread rings over every NIC, capped by the in-node links).
+  Tensor-parallel and pipeline transfers are exposed; FSDP, data-parallel and context-parallel traffic
+  overlaps compute and only its excess over the compute it hides behind is exposed.
+- The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike); the optimizer step
+  reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tprimat.spec import flops, hardware
+from tprimat.spec.memory import state_bytes_per_param
+from tprimat.spec.schema import TprimatConf
+
+ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
+FLASH_NOTE = "attention at the BF16 matmul ceiling (flash kernels reach less: an optimistic bound)"
+ASSUMPTIONS = (
+    "roofline per traced operation: max(FLOPs / ceiling, bytes / memory bandwidth), eager op by op",
+    "tensor parallelism splits each layer's work evenly; context parallelism: seq/cp queries against all keys",
+    FLASH_NOTE,
+    "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
+    "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
+    "pipeline bubble (pp - 1) micro-batch times per step; AdamW step 28 B per local parameter over HBM",
+)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One traced operation (or a sum of identical ones) for one micro batch on one device."""
+
+    kind: str  # matmul | attention | memory
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Work:
+    """One micro batch's operations, by part (``layer``: one decoder layer, ``head``: final norm, output and
+    loss, ``embedding``) and phase (``fwd``, ``bwd``), as traced at the layout's local shapes before TP."""
+
+    parts: dict  # {part: {"fwd": [OpCost], "bwd": [OpCost]}}
+
+    def ops(self, part: str, phase: str) -> list[OpCost]:
+        return list(self.parts.get(part, {}).get(phase, ()))
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    matmul_tflops: float  # the training precision's linear layers
+    attention_tflops: float  # attention: BF16 kernels, also under FP8
+    memory_gb_s: float
+    intra_node_gb_s: Optional[float]  # per direction, per GPU
+    inter_node_gb_s: Optional[float]
+    sources: dict = field(default_factory=dict)
+    op_overhead_s: float = 0.0  # per operation: dispatch (and launch) cost, measured by tprimat preflight
+    synchronous: bool = False  # CPU: an operation's overhead adds to its work; GPU: launches run ahead
+
+
+def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optional[Ceilings], Optional[str]]:
+    """The target's ceilings: a ``tprimat preflight`` file's measurements first, else the hardware table's
+    published figures; (None, why) when neither knows the device."""
+    precision = spec.training.precision
+    if preflight is not None:
+        return preflight_ceilings(preflight, precision)
+    if spec.platform.name == "cpu":
+        return None, "a CPU has no published ceilings: pass a tprimat preflight file (--preflight)"
+    key = spec.platform.gpu
+    device, bandwidth = hardware.lookup(key), hardware.BANDWIDTHS.get(key or "")
+    if device is None or bandwidth is None:
+        return None, f"platform.gpu={key}: no peak or bandwidth in the hardware table"
+    mamf_key = hardware.MAMF_SAME_DIE.get(key, key)
+    mamf = hardware.MAMF_BF16_TFLOPS.get(mamf_key)
+    bf16 = mamf if mamf is not None else device.bf16_tflops
+    bf16_source = hardware.MAMF_SOURCE + (f" ({mamf_key}, the same die)" if mamf_key != key else "") \
+        if mamf is not None else device.source + " (spec peak: no published measured ceiling)"
+    matmul, matmul_source = bf16, bf16_source
+    if precision == "fp8":
+        if device.fp8_tflops is None:
+            return None, f"no fp8 peak for {device.name} in the hardware table"
+        matmul = device.fp8_tflops * bf16 / device.bf16_tflops
+        matmul_source = "fp8 spec peak x the BF16 ceiling / BF16 peak ratio (no published FP8 matmul ceiling)"
+    elif precision == "fp32":
+        matmul, matmul_source = device.fp32_tflops, device.source + " (non-tensor FP32 peak)"
+        if matmul is None:
+            return None, f"no fp32 peak for {device.name} in the hardware table"
+    return Ceilings(matmul, bf16, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
+                    {"matmul": matmul_source, "attention": bf16_source, "memory": bandwidth.source,
+                     "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE}), None
+
+
+def preflight_ceilings(pf: dict, precision: str) -> tuple[Optional[Ceilings], Optional[str]]:
+    matmul = (pf.get("matmul_tflops") or {}).get("bf16" if precision == "fp8" else precision)
+    memory = pf.get("memory_gb_s")
+    if not matmul or not memory:
+        return None, f"the preflight file has no {precision} matmul or memory bandwidth measurement"
+    busbw = (pf.get("allreduce") or {}).get("max_busbw_gbps")
+    where = f"tprimat preflight on {pf.get('device_name')} ({pf.get('created_at')})"
+    return Ceilings(matmul, (pf["matmul_tflops"].get("bf16") or matmul), memory, busbw, busbw,
+                    {"matmul": where, "attention": where, "memory": where,
+                     "intra_node": where if busbw else "not measured",
+                     "inter_node": where if busbw else "not measured"},
+                    (pf.get("op_overhead_us") or 0.0) / 1e6, pf.get("platform") == "cpu"), None
+
+
+def op_time_s(op: OpCost, c: Ceilings) -> float:
+    tflops = c.attention_tflops if op.kind == "attention" else c.matmul_tflops
+    work = max(op.flops / (tflops * 1e12), op.bytes / (c.memory_gb_s * 1e9))
+    return work + c.op_overhead_s if c.synchronous else max(work, c.op_overhead_s)
+
+
+def phase_s(ops: list[OpCost], c: Ceilings, flops_scale: float = 1.0, attention_scale: float = 1.0) -> float:
+    return sum(op_time_s(OpCost(op.kind, op.flops * (attention_scale if op.kind == "attention" else flops_scale),
+                                op.bytes * flops_scale), c) for op in ops)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    size: int
+    stride: int  # ranks between neighbours: tp innermost, then cp, dp, pp (torchtitan's mesh order)
+
+
+def link_gb_s(group: Group, per_node: int, c: Ceilings) -> Optional[float]:
+    """Inside a node: the GPU's link bandwidth. Spanning nodes: the rings run over one NIC per member the
+    group has in each node, capped by the in-node links."""
+    if group.size * group.stride <= per_node:
+        return c.intra_node_gb_s
+    if c.inter_node_gb_s is None or c.intra_node_gb_s is None:
+        return c.inter_node_gb_s
+    local_members = min(group.size, max(1, per_node // group.stride))
+    return min(c.intra_node_gb_s, c.inter_node_gb_s * local_members)
+
+
+def ring_s(kind: str, buffer_bytes: float, group: Group, per_node: int, c: Ceilings) -> Optional[float]:
+    """One ring collective's time: all-reduce 2(n-1)/n x the buffer, all-gather / reduce-scatter (n-1)/n."""
+    n = group.size
+    if n == 1 or buffer_bytes == 0:
+        return 0.0
+    bandwidth = link_gb_s(group, per_node, c)
+    if bandwidth is None:
+        return None
+    share = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n if kind != "p2p" else 1.0
+    return share * buffer_bytes / (bandwidth * 1e9)
+
+
+@dataclass(frozen=True)
+class Micro:
+    """One micro batch on the heaviest (last) pipeline stage."""
+
+    total_s: float
+    attention_fwd_s: float  # one layer's attention forward
+    layer_bwd_s: float  # one layer's backward
+    layers: int
+
+
+def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
+    par, recompute = spec.parallelism, spec.training.activation_checkpointing
+    scale, attn = 1 / par.tp, par.cp / par.tp
+    layers = math.ceil(spec.model.num_layers / par.pp)
+    layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn)
+    attention_f = phase_s([o for o in work.ops("layer", "fwd") if o.kind == "attention"], c, scale, attn)
+    layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn)
+    extra_f = layer_f if recompute == "full" else attention_f if recompute == "selective" else 0.0
+    head = phase_s(work.ops("head", "fwd") + work.ops("head", "bwd"), c, scale)
+    embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
+    return Micro(layers * (layer_f + extra_f + layer_b) + head + embedding, attention_f, layer_b, layers)
+
+
+def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Micro) -> Optional[dict]:
+    """Exposed seconds per step of each kind of traffic; None when a needed link bandwidth is unknown."""
+    par, tr, model = spec.parallelism, spec.training, spec.model
+    tp, pp, cp, per_node = par.tp, par.pp, par.cp, spec.platform.devices_per_node
+    act_bytes = 4 if tr.precision == "fp32" else 2
+    activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
+    stage_params = flops.heaviest_stage_params(model, pp) / tp
+    grad_bytes = state_bytes_per_param(spec)[1]
+    dp_group = Group("dp", dp, tp * cp)
+    tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
+    kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp
+    cp_layer = ring_s("all_gather", kv, Group("cp", cp, tp), per_node, c)
+    gather = ring_s("all_gather", stage_params * act_bytes, dp_group, per_node, c)
+    scatter = ring_s("reduce_scatter", stage_params * grad_bytes, dp_group, per_node, c)
+    reduce = ring_s("all_reduce", stage_params * grad_bytes, dp_group, per_node, c)
+    p2p = ring_s("p2p", activation, Group("pp", pp, tp * cp * dp), per_node, c)
+    if None in (tp_layer, cp_layer, gather, scatter, reduce, p2p):
+        return None
+    layers, compute_s = micro.layers, accum * micro.total_s
+    tp_collectives = (4 + (2 if tr.activation_checkpointing == "full" else 0)) * layers  # 2 forward, 2 backward
+    return {"tp_s": accum * tp_collectives * tp_layer,
+            "pp_p2p_s": (accum + pp - 1) * 2 * p2p if pp > 1 else 0.0,
+            "cp_s": max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
+            "fsdp_s": max(0.0, accum * (2 * gather + scatter) - compute_s) if par.fsdp else 0.0,
+            "dp_s": 0.0 if par.fsdp else max(0.0, reduce - layers * micro.layer_bwd_s)}  # hides in the last backward
+
+
+def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, peak_tflops: Optional[float]) -> dict:
+    """The projection of one spec: step time, throughput, and where the time goes."""
+    par, tr = spec.parallelism, spec.training
+    world = dp * par.tp * par.pp * par.cp
+    micro = micro_batch(spec, work, c)
+    comm = communication(spec, c, dp, accum, micro)
+    if comm is None:
+        return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
+                           "--ranks N, or use a device in the hardware table)")
+    local_params = flops.heaviest_stage_params(spec.model, par.pp) / par.tp / (
+        dp if par.fsdp or par.zero_stage >= 1 else 1)
+    optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
+    compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) * micro.total_s
+    step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s
+    tokens_per_s_per_device = tr.global_batch_size * tr.seq_length / step_s / world
+    tflops = flops.flops_per_token(spec.model, tr.seq_length) * tokens_per_s_per_device / 1e12
+    return {"available": True, "reason": None, "step_time_s": step_s,
+            "tokens_per_s_per_device": tokens_per_s_per_device, "tflops_per_device": tflops,
+            "mfu": tflops / peak_tflops if peak_tflops else None,
+            "breakdown_s": {"compute_s": compute_s, "bubble_s": bubble_s, **comm, "optimizer_s": optimizer_s},
+            "micro_batch_s": micro.total_s, "micro_batches": accum,
+            "ceilings": {"matmul_tflops": c.matmul_tflops, "attention_tflops": c.attention_tflops,
+                         "memory_gb_s": c.memory_gb_s, "intra_node_gb_s": c.intra_node_gb_s,
+                         "inter_node_gb_s": c.inter_node_gb_s, "op_overhead_s": c.op_overhead_s},
+            "sources": dict(c.sources), "assumptions": list(ASSUMPTIONS)}
+
+
+def unavailable(reason: str) -> dict:
+    return {"available": False, "reason": reason, "step_time_s": None, "tokens_per_s_per_device": None,
+            "tflops_per_device": None, "mfu": None}
