@@ -122,3 +122,16 @@ def test_the_srun_label_shortcut_names_the_rank_clean_names(parts):
     prefix = "".join(parts)
     expected = clean(prefix).rank if prefix and not prefix.isspace() else None
     assert MegatronParser().prefix_rank(prefix) == expected
+
+
+def test_a_negative_printed_throughput_is_left_out_of_the_summary():
+    """Found by the fuzz test: a Primus line printing ``throughput per GPU: -1/350.0`` gave a negative reported
+    TFLOP/s headline, which the result schema refuses."""
+    lines = ["[20260101 10:00:00][rank-0/8][INFO ] [----trainer.py:2509] :  iteration        4/      10 | "
+             "consumed samples:         1024 | elapsed time per iteration (ms): 2000.0/2500.0 | throughput per GPU "
+             "(TFLOP/s/GPU): -1/350.0 | global batch size:   256 | lm loss: 1.000000E+01 | grad norm: 1.000 |"]
+    lines = [lines[0].replace("iteration        4", f"iteration        {i}") for i in range(1, 5)]
+    result = ingest_parsed(parse_both_ways("primus", lines), "neg.log", META, "0" * 64)
+    assert validate_result(result) == []
+    assert "tflops_per_gpu" not in result["summary"]["reported"]
+    assert result["summary"]["tflops_per_device"] is None

@@ -129,10 +129,12 @@ def test_a_cpu_run_is_projected_from_a_preflight_file_and_compare_puts_them_side
     preflight = tmp_path / "preflight.json"
     preflight.write_text(json.dumps({"kind": "tprimat_preflight", "device_name": "this CPU", "platform": "cpu",
                                      "created_at": "now", "matmul_tflops": {"fp32": 0.1, "bf16": 0.5},
-                                     "memory_gb_s": 20.0, "op_overhead_us": 5.0}))
+                                     "memory_gb_s": 20.0, "op_overhead_us": 5.0,
+                                     "attention_tflops": 0.01}))
     outcome = run_inprocess(tmp_path / "run", ["platform=cpu", *QUICK, f"benchmark.preflight_file={preflight}"])
     p = outcome.result["projection"]
     assert p["available"] and p["ceilings"]["matmul_tflops"] == 0.5 and p["ceilings"]["op_overhead_s"] == 5e-6
+    assert p["ceilings"]["attention_tflops"] == 0.01
     [group] = build_groups([Loaded(tmp_path / "run" / "result.json", outcome.result)])
     s = group_summary(group)
     assert s["projected_tokens_per_s_per_device"] == p["tokens_per_s_per_device"]

@@ -3,7 +3,8 @@
 - Achievable dense matmul TFLOP/s per dtype (square GEMMs, best size, median of timed iterations after a
   burn-in; fp32 without TF32).
 - Memory bandwidth (``memory_gb_s``): a large tensor copy, bytes read + written per second; per-operation
-  overhead (``op_overhead_us``): tiny elementwise ops issued back to back.
+  overhead (``op_overhead_us``): tiny elementwise ops issued back to back; fused causal attention forward +
+  backward (``attention_tflops`` at ``attention_shape``).
 - With ``--ranks N`` (N > 1): all-reduce bus bandwidth over N local processes (gloo on CPU, NCCL/RCCL on
   GPUs), bus bandwidth = bytes * 2 (N - 1) / N / time, as nccl-tests reports it.
 The result is a JSON file (``kind: tprimat_preflight``) that ``tprimat compare`` reads.
@@ -77,6 +78,29 @@ def memory_gb_s(device: torch.device, mib: int, iters: int) -> float:
     return 2 * src.numel() * 4 / statistics.median(times) / 1e9
 
 
+def attention_tflops(device: torch.device, shape: tuple[int, int, int, int], iters: int) -> float:
+    """Fused causal attention (SDPA) forward + backward in bf16 at (batch, heads, seq, head_dim): FLOPs counted
+    as flash kernels do the work (causal half; backward 2.5x the forward) per second, median of timed steps."""
+    batch, heads, seq, head_dim = shape
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(iters):
+        sync(device)
+        t0 = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    forward = 4.0 * batch * heads * seq * seq * head_dim / 2
+    return 3.5 * forward / statistics.median(times) / 1e12
+
+
 def op_overhead_us(device: torch.device, ops: int = 2000) -> float:
     """Per-operation cost of a tiny elementwise op issued back to back (dispatch, and launch on GPUs)."""
     x = torch.zeros(1, device=device)
@@ -137,6 +161,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default=None, help="matmul sizes, comma-separated (default: per device)")
     parser.add_argument("--dtypes", default=None, help="comma-separated: fp32,bf16,fp16 (default: per device)")
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--attention", default=None,
+                        help="SDPA shape BATCH,HEADS,SEQ,HEAD_DIM (default: 4,8,256,32 on CPU, the tiny models; "
+                             "1,32,8192,128 on GPUs, the 8B models)")
     parser.add_argument("--allreduce-mib", default="1,16,64", help="all-reduce message sizes in MiB")
     parser.add_argument("--out", default=None, help="output file (default: outputs/preflight/<device>.json)")
 
@@ -153,13 +180,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"--dtypes {','.join(unknown)}: must be among {', '.join(DTYPES)}")
         return 2
     best, detail = measure_matmul(device, sizes, args.iters, dtypes)
+    shape = [int(x) for x in args.attention.split(",")] if args.attention else (
+        [4, 8, 256, 32] if device.type == "cpu" else [1, 32, 8192, 128])
+    if len(shape) != 4 or min(shape) < 1:
+        print(f"--attention {args.attention}: must be BATCH,HEADS,SEQ,HEAD_DIM, four positive integers")
+        return 2
     record = {"kind": "tprimat_preflight", "version": 1,
               "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "host": socket.gethostname(), "platform": hw.kind, "device_name": hw.device_name,
               "device_key": hw.gpu_key, "torch": torch.__version__, "threads": torch.get_num_threads(),
               "matmul_tflops": best, "matmul_detail": detail,
               "memory_gb_s": memory_gb_s(device, 256 if device.type == "cpu" else 2048, max(args.iters, 5)),
-              "op_overhead_us": op_overhead_us(device), "allreduce": None}
+              "op_overhead_us": op_overhead_us(device), "attention_shape": shape,
+              "attention_tflops": attention_tflops(device, tuple(shape), max(args.iters, 3)), "allreduce": None}
     if args.ranks > 1:
         record["allreduce"] = measure_allreduce(args.ranks, [int(s) for s in args.allreduce_mib.split(",")],
                                                 args.iters)
@@ -168,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(record, indent=2) + "\n")
     for name, value in best.items():
         print(f"matmul {name}: {value:.3f} TFLOP/s ({hw.device_name})")
-    print(f"memory copy: {record['memory_gb_s']:.1f} GB/s; per-operation overhead {record['op_overhead_us']:.1f} us")
+    print(f"memory copy: {record['memory_gb_s']:.1f} GB/s; per-operation overhead {record['op_overhead_us']:.1f} us; "
+          f"attention {record['attention_tflops']:.4f} TFLOP/s at {shape}")
     if record["allreduce"]:
         print(f"all-reduce ({args.ranks} ranks, {record['allreduce']['backend']}): "
               f"{record['allreduce']['max_busbw_gbps']:.2f} GB/s bus bandwidth")

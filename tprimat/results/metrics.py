@@ -42,12 +42,13 @@ def _max_or_none(values: Iterable[Optional[float]]) -> Optional[float]:
 
 
 def reported_medians(records: list[StepRecord]) -> dict:
-    """Median of each figure the framework printed, over the non-warm-up steps that print it."""
+    """Median of each figure the framework printed, over the non-warm-up steps that print it (a negative rate,
+    which no throughput can be, is left out)."""
     values: dict[str, list] = {name: [] for name in REPORTED}
     for r in records:
         if not r.warmup and r.reported:
             for name, value in r.reported.items():
-                if value is not None and name in values:
+                if value is not None and name in values and value >= 0:  # a negative rate is a timer artefact
                     values[name].append(value)
     return {name: statistics.median(v) for name, v in values.items() if v}
 

@@ -113,7 +113,8 @@ def preflight_ceilings(pf: dict, precision: str) -> tuple[Optional[Ceilings], Op
         return None, f"the preflight file has no {precision} matmul or memory bandwidth measurement"
     busbw = (pf.get("allreduce") or {}).get("max_busbw_gbps")
     where = f"tprimat preflight on {pf.get('device_name')} ({pf.get('created_at')})"
-    return Ceilings(matmul, (pf["matmul_tflops"].get("bf16") or matmul), memory, busbw, busbw,
+    attention = pf.get("attention_tflops") or pf["matmul_tflops"].get("bf16") or matmul
+    return Ceilings(matmul, attention, memory, busbw, busbw,
                     {"matmul": where, "attention": where, "memory": where,
                      "intra_node": where if busbw else "not measured",
                      "inter_node": where if busbw else "not measured"},
