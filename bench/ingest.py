@@ -1,7 +1,8 @@
 """How fast ``tprimat ingest`` reads a long Megatron log, beside a plain regex pass over the same file.
 
-Generates its own log from the format's line shapes (srun labels, two printing ranks, Primus-style
-current/average pairs every other line, a memory report, noise lines), ingests it in a child process (so peak
+Generates its own log from the format's line shapes (srun labels with a running clock, two printing ranks,
+step time, loss, learning rate, grad norm and throughput varying from step to step as in a real run, constant
+batch size and loss scale, noise lines), ingests it in a child process (so peak
 memory is that process's own), and prints the rate, the ratio to a bare ``re.finditer`` pass, the peak resident
 memory against the file size, and last ``ingest_mb_per_s=<x>``. Target: at least 50 MB/s and peak memory at
 most twice the file size on a 2-core machine.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -21,9 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LINE = ("{rank}:  [2026-05-23 18:30:15] iteration {i:>8}/  999999 | consumed samples: {s:>12} | elapsed time per "
-        "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | learning rate: 1.572965E-06 | "
-        "global batch size:  1024 | lm loss: 8.928761E+00 | loss scale: 1.0 | grad norm: 153.403 | "
+LINE = ("{rank}:  [2026-05-23 {clock}] iteration {i:>8}/  999999 | consumed samples: {s:>12} | elapsed time per "
+        "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): {tf:.1f} | learning rate: {lr:.6E} | "
+        "global batch size:  1024 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: {gn:.3f} | "
         "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
 NOISE = "0:  [WARNING] some framework warning that is not a step, printed now and then by rank 0\n"
 
@@ -51,7 +53,12 @@ def write_log(path: Path, megabytes: float) -> int:
     with open(path, "w") as f:
         while written < target:
             i += 1
-            chunk = "".join(LINE.format(rank=r, i=i, s=1024 * i, ms=1000 + r + i % 7, tf=400.0 + i % 5) for r in (3, 2))
+            # what varies from step to step in a real run varies here too (time, loss, lr, grad norm, throughput)
+            clock = f"{18 + i // 3600 % 6:02d}:{i // 60 % 60:02d}:{i % 60:02d}"
+            ms, lr = 1000 + (i * 7919 % 997) / 10, 3e-4 * min(1.0, i / 2000) * (0.5 + 0.5 * math.cos(i / 90000))
+            values = dict(clock=clock, i=i, s=1024 * i, tf=400.0 + (i * 31 % 97) / 10, lr=lr,
+                          loss=2 + 9 * math.exp(-i / 20000) + (i * 13 % 101) / 1000, gn=0.2 + (i * 17 % 1009) / 100)
+            chunk = "".join(LINE.format(rank=r, ms=ms + r / 10, **values) for r in (3, 2))
             if i % 50 == 0:
                 chunk += NOISE
             f.write(chunk)

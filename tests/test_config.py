@@ -133,3 +133,39 @@ def test_wrong_type_in_a_yaml_file_is_rejected(tmp_path):
         with pytest.raises(ConfigCompositionException) as err:
             compose("config", overrides=["model=typo"])
     assert "num_layers" in str(err.value.__cause__ or err.value)
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (frozenset({"sse2", "avx", "avx2", "fma"}), "fp32"),  # AVX2 only: bf16 matmul is emulated (100x slower here)
+    (frozenset({"avx2", "avx512f", "avx512_bf16"}), "bf16"),  # Zen 4 / Cooper Lake
+    (frozenset({"avx512f", "amx_bf16", "amx_tile"}), "bf16"),  # Sapphire Rapids
+    (frozenset({"fp", "asimd", "bf16"}), "bf16"),  # Arm (Neoverse V1/V2 ``Features``)
+    (frozenset(), "fp32"),  # unreadable /proc/cpuinfo
+])
+def test_the_cpu_best_precision_follows_its_instruction_set(flags, expected):
+    from tprimat.spec.detect import precision_for
+
+    assert precision_for(flags) == expected
+
+
+def test_maximum_performance_on_cpu_takes_this_cpus_precision():
+    """platform=cpu's tuned precision is ``auto``, resolved at the typed boundary from this machine's
+    /proc/cpuinfo (read here independently); a GPU platform detected at run time resolves it to bf16."""
+    from tprimat.spec.detect import DetectedHardware
+
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    words = set(text.split())
+    native = bool(words & {"avx512_bf16", "amx_bf16"}) or any(
+        line.startswith("Features") and "bf16" in line.split() for line in text.splitlines())
+    expected = "bf16" if native else "fp32"
+    cpu = DetectedHardware("cpu", "this CPU", 1, 16.0, None)
+    h100 = DetectedHardware("nvidia", "NVIDIA H100 80GB HBM3", 8, 79.6, "h100")
+    assert compose(["platform=cpu"])["training"]["precision"] == "auto"
+    assert build_spec(compose(["platform=cpu"]), cpu).training.precision == expected
+    assert build_spec(compose([]), cpu).training.precision == expected  # platform=auto on a CPU host
+    assert build_spec(compose([]), h100).training.precision == "bf16"  # platform=auto on a GPU host
+    assert build_spec(compose(["platform=cpu", "methodology=identical_config"]), cpu).training.precision == "bf16"
+    assert build_spec(compose(["platform=nvidia"]), cpu).training.precision == "bf16"

@@ -50,8 +50,10 @@ def parse_both_ways(fmt: str, lines: list[str]) -> Parsed:
     for line in lines:
         steps += parser.feed(line)
     by_line = finished(parser, steps, fmt)
-    by_block = parse_stream(io.StringIO("\n".join(lines) + "\n"), fmt, block_chars=64)
-    assert len(by_block.steps) == len(by_line.steps)
+    for block_chars in (64, 1 << 20):  # blocks that cut lines, and the column path over whole blocks
+        by_block = parse_stream(io.StringIO("\n".join(lines) + "\n"), fmt, block_chars=block_chars)
+        assert by_block.steps == by_line.steps, block_chars
+        assert (by_block.facts, by_block.error) == (by_line.facts, by_line.error), block_chars
     return by_block
 
 

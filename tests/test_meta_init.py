@@ -146,3 +146,69 @@ def test_activations_are_traced_over_fake_tensors_and_recompute_lowers_them():
         assert error is None and role["activations_note"] is None
         traced[mode] = role["activations_gib"]
     assert 0 < traced["full"] < traced["none"]
+
+
+@pytest.mark.slow
+def test_a_deep_dry_run_puts_the_traced_memory_beside_the_estimate(tmp_path):
+    from tests.conftest import run_inprocess
+
+    out = run_inprocess(tmp_path, ["platform=cpu", "platform.devices_per_node=2", "parallelism.tp=2", "dry_run=deep",
+                                   "logging.wandb.mode=disabled"])
+    assert out.status == "dry_run", out.result["error"]
+    plan = out.result["plan"]
+    measured = plan["memory_measured"]
+    # the live single-process model read back: TP splits every matrix in two and replicates the RMSNorm weights
+    spec = out.result["spec"]
+    from tprimat.spec.build import build_spec
+
+    eager = Decoder(build_spec(spec).model, 0)
+    total = sum(p.numel() for p in eager.parameters())
+    norms = sum(p.numel() for name, p in eager.named_parameters() if "norm" in name)
+    [stage] = measured["stages"]
+    assert stage["params"] * 2 == total + norms
+    assert measured["weights_gib"] == pytest.approx(stage["params"] * 4 / 2**30)  # fp32 weights
+    assert measured["states_gib"] == pytest.approx(stage["params"] * 16 / 2**30)  # + fp32 grads + AdamW m, v
+    assert measured["activations_gib"] > 0 and measured["activations_note"] is None
+    assert plan["memory_measured_gib"] == pytest.approx(
+        measured["states_gib"] + measured["activations_gib"] + measured["overhead_gib"])
+    assert plan["memory_estimate_gib"] > 0  # the estimate stays beside it
+
+
+@pytest.mark.slow
+def test_a_deep_dry_run_breaking_a_rule_is_invalid_before_any_build(tmp_path):
+    from tests.conftest import run_inprocess
+
+    out = run_inprocess(tmp_path, ["platform=cpu", "platform.devices_per_node=3", "parallelism.pp=3", "dry_run=deep",
+                                   "logging.wandb.mode=disabled"])  # llama_tiny has 4 layers
+    assert out.status == "invalid" and out.exit_code == 2
+    assert out.result["error"] == "model.num_layers=4, parallelism.pp=3: num_layers must be divisible by pp"
+    assert "memory_measured" not in (out.result["plan"] or {})
+
+
+def test_dry_run_takes_true_false_or_deep(tmp_path):
+    from tests.conftest import run_inprocess
+
+    out = run_inprocess(tmp_path, ["dry_run=deeper", "logging.wandb.mode=disabled"])
+    assert out.status == "invalid" and out.result["error"] == "dry_run=deeper: must be one of true, false, deep"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [["platform.devices_per_node=2"],
+                                    ["platform.devices_per_node=2", "parallelism.fsdp=true"],
+                                    ["platform.devices_per_node=2", "parallelism.tp=2", "parallelism.sequence_parallel=true"],
+                                    ["platform.devices_per_node=2", "parallelism.pp=2"],
+                                    ["platform.devices_per_node=4", "parallelism.tp=2", "parallelism.fsdp=true"]],
+                         ids=["DP", "FSDP", "TP+SP", "PP", "FSDPxTP"])
+def test_the_activation_estimate_matches_the_traced_layout(layout):
+    """The analytical activations of one micro batch (autocast's per-linear input copies and weight cache, the
+    loss's logits, SP's gathered inputs) against MemTracker's trace of the real layout over fake tensors."""
+    from tprimat.backends.native.deep import deep_check
+    from tprimat.spec.memory import activation_bytes
+
+    spec, plan, spec_dict = _spec_dict(["platform=nvidia", "platform.gpu=h100", "methodology=identical_config",
+                                        "training.precision=bf16", "training.seq_length=1024", "model.vocab_size=8192",
+                                        *layout])
+    roles, error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp)
+    assert error is None
+    traced = max(r["activations_gib"] for r in roles) * 2**30
+    assert activation_bytes(spec, plan.grad_accum_steps, in_flight=1) == pytest.approx(traced, rel=0.05)

@@ -145,8 +145,10 @@ def _live(text: str, fmt: str) -> list[dict]:
 
 
 def _fields(steps: list[dict]) -> list[dict]:
+    """What the parser read: the live path completes its steps in place (tokens, warm-up), ingest later."""
     drop = ("step_time_s_from", "step_time_s_printed")
-    return [{**{k: v for k, v in s.items() if k != "reported"},
+    derived = ("reported", "tokens", "warmup", "repeat")
+    return [{**{k: v for k, v in s.items() if k not in derived},
              "reported": {k: v for k, v in s["reported"].items() if k not in drop}} for s in steps]
 
 
@@ -217,3 +219,21 @@ def test_rank_zero_wins_on_the_block_path(tmp_path):
 
 def test_hf_is_not_a_live_format():
     assert parse_text(HF).format == "hf"
+
+
+def test_a_parsed_step_is_the_result_step_object():
+    """Parsers build steps keyed and ordered as the result's steps, so ingest completes them in place."""
+    from tprimat.logs.stream import new_step
+    from tprimat.results.records import FIELD_NAMES
+
+    assert tuple(new_step(1, {})) == FIELD_NAMES
+
+
+def test_a_printed_batch_size_that_is_not_positive_states_nothing():
+    """Found by the fuzz test: "global batch size: -1" gave -128 tokens per step, which the schema refuses."""
+    from tprimat.results.records import tokens_of
+
+    step = {"step": 2, "reported": {"global_batch_size": -1.0, "actual_seqlen": 0.0}}
+    assert tokens_of(step, None, 128, None) is None
+    assert tokens_of(step, 4, 128, None) == 512  # the stated batch size is used instead
+    assert tokens_of(step, 4, None, None) is None  # a printed sequence length of 0 states nothing

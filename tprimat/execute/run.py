@@ -86,6 +86,10 @@ def _generated(config: Optional[dict]) -> dict:
 
 def _dry_run(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, common: dict) -> Outcome:
     log.info("plan: %s", prepared.plan.backend_description)
+    if prepared.spec.dry_run == "deep":
+        error = _deep(prepared, plan_dict)
+        if error:
+            return _invalid([error], run_dir, common, common["spec"], plan_dict, framework)
     written = prepared.backend.materialize(prepared.spec, prepared.plan, run_dir)
     if written is not None:  # external frameworks: the exact command and files, not run
         plan_dict["backend_config"] = written
@@ -94,6 +98,28 @@ def _dry_run(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path
                          warnings=list(prepared.plan.warnings),
                          projection=projection_of(prepared.spec, prepared.plan), **common)
     return _finish(result, run_dir, EXIT_OK)
+
+
+def _deep(prepared: Prepared, plan_dict: dict) -> Optional[str]:
+    """``dry_run=deep``: the native layout built full size in a fake world; its measured memory goes into the
+    plan beside the estimate. Returns the layout's failure (the framework's reason), else None."""
+    spec, plan = prepared.spec, prepared.plan
+    if spec.framework.name != "native":
+        plan_dict.update(memory_measured_gib=None, memory_measured={
+            "note": f"framework={spec.framework.name}: the deep check builds the native backend's layout only"})
+        return None
+    from tprimat.backends.native.deep import deep_check, measured_memory
+
+    log.info("deep check: building %d pipeline stage(s) of the layout over a fake world of %d ranks",
+             plan.pp, plan.world_size)
+    roles, error = deep_check(spec_to_dict(spec), plan.pp, plan.dp, plan.tp)
+    if error:
+        return f"dry_run=deep: {error}"
+    plan_dict.update(measured_memory(roles, plan.memory.overhead_gib))
+    measured, note = plan_dict["memory_measured_gib"], plan_dict["memory_measured"]["activations_note"]
+    log.info("memory per device: estimated %.2f GiB, measured %s", plan.memory.total_gib,
+             f"{measured:.2f} GiB" if measured is not None else f"n/a ({note})")
+    return None
 
 
 def _rank_problems(prepared: Prepared, env: Optional[RankEnv]) -> list[str]:

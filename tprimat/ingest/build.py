@@ -22,7 +22,7 @@ from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, worl
 from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
 from tprimat.results.metrics import summarize
-from tprimat.results.records import StepRecord, record_from_step
+from tprimat.results.records import StepRecord, as_record, complete_step
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
 
@@ -68,28 +68,27 @@ def stated_spec(parsed: Parsed, meta: Meta, framework: str) -> Stated:
     return st
 
 
-def to_records(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str]) -> list[StepRecord]:
+def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str]) -> list[dict]:
+    """The parsed steps completed in place into the result's steps (tokens, step time, warm-up)."""
     wanted = spec["benchmark"]["warmup_steps"]
     warmup = min(wanted, max(len(steps) - 1, 0))
     if warmup < wanted:
         warnings.append(f"only {len(steps)} steps: {warmup} of benchmark.warmup_steps={wanted} excluded as warm-up")
-    records, previous = [], None
     gbs, seq = spec["training"]["global_batch_size"], spec["training"]["seq_length"]
+    previous = None
     for i, s in enumerate(steps):
-        records.append(record_from_step(s, gbs, seq, world, previous, i < warmup, warnings))
+        complete_step(s, gbs, seq, world, previous, i < warmup, warnings)
         previous = s
-    steps.clear()  # consumed: the records hold what the steps said (a long log is held once, not twice)
-    return records
+    return steps
 
 
 def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Optional[int]) -> dict:
     """Which FLOPs convention the framework's own TFLOP/s used: the candidate that reproduces it within 2%."""
-    pairs = [(r.reported.get("tflops_per_gpu"), r.step_time_s, r.tokens) for r in records if not r.warmup]
-    pairs = [(t, s, n) for t, s, n in pairs if t and s and n]
-    if not pairs:
+    paired = [r for r in records if not r.warmup and r.reported.get("tflops_per_gpu") and r.step_time_s and r.tokens]
+    if not paired:
         return {"reported_tflops_per_device": None, "reported_flops_convention": None}
-    reported = statistics.median(t for t, _, _ in pairs)
-    tokens_per_s = statistics.median(n / s for _, s, n in pairs)  # the median commutes with a positive scale
+    reported = statistics.median([r.reported["tflops_per_gpu"] for r in paired])
+    tokens_per_s = statistics.median([r.tokens / r.step_time_s for r in paired])  # the median commutes with a positive scale
     model, seq = model_conf(st), st.spec["training"]["seq_length"]
     convention = "unknown (the model, sequence length or world size is not stated)"
     if model and seq and world:
@@ -120,12 +119,14 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     framework = FRAMEWORK_OF.get(parsed.format, "unknown")
     st = stated_spec(parsed, meta, framework)
     world = world_size(st)
-    records = to_records(parsed.steps, st.spec, world, st.warnings)
+    steps = complete_steps(parsed.steps, st.spec, world, st.warnings)
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
+    records = [as_record(s) for s in steps]  # for the summary only: the result writes ``steps`` themselves
     summary = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], timing="reported")
     if summary is not None:
         summary.update(infer_convention(parsed.format, records, st, plan["world_size"]))
         st.warnings.extend(disagreements(summary))
+    del records
     status = "failed" if parsed.error else "ok"
     if status == "ok" and (summary is None or summary["tokens_per_s_per_device"] is None):
         st.warnings.append("no throughput: the log and the overrides do not state the tokens per step and the "
@@ -133,17 +134,8 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     source = {"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
               "stated": dict(sorted(st.where.items())), "facts": {k: v for k, v in st.facts.items()}, **parsed.extra}
     return make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=st.spec, plan=plan,
-                       environment=None, steps=as_dicts(records), summary=summary, warnings=st.warnings,
+                       environment=None, steps=steps, summary=summary, warnings=st.warnings,
                        framework={"name": framework, "version": None}, overrides=meta.overrides, source=source)
-
-
-def as_dicts(records: list[StepRecord]) -> list[dict]:
-    """The records as the result's steps, each record freed as it is converted (consumes ``records``)."""
-    steps = []
-    records.reverse()
-    while records:
-        steps.append(records.pop().as_dict())
-    return steps
 
 
 def ingest_text(raw: str, name: str, meta: Meta, fmt: str = "auto") -> dict:

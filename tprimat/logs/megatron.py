@@ -27,6 +27,7 @@ FIELDS = {
 OWN = frozenset(("step_time_ms", "loss", "lr", "grad_norm"))
 STEP_TIME = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^|]*)")
 SHORT_LINE = 100  # facts.read_line reads "key: value" config lines shorter than this
+VALUES_KEPT = 4096  # printed values remembered per parser (their parse, and one shared number object)
 TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megatron: "0.004B" (rounded)
 
 
@@ -53,6 +54,9 @@ class MegatronParser(StreamParser):
     def __init__(self) -> None:
         super().__init__()
         self.memory: dict[int, tuple[float, float]] = {}  # reports that came before their step
+        # printed value text -> (current, average): batch size, loss scale, skipped counts and learning-rate
+        # plateaus repeat on every line, so each distinct text is parsed once and its number object shared
+        self.values: dict[str, tuple] = {}
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
@@ -81,7 +85,12 @@ class MegatronParser(StreamParser):
             key_text, colon, value = part.partition(":")
             name = FIELDS.get(key_text.strip()) if colon else None
             if name is not None:
-                current, average = current_and_average(value)
+                pair = self.values.get(value)
+                if pair is None:
+                    pair = current_and_average(value)
+                    if len(self.values) < VALUES_KEPT:
+                        self.values[value] = pair
+                current, average = pair
                 (own if name in OWN else reported)[name] = current
                 if average is not None:
                     reported[f"{name}_running_avg"] = average

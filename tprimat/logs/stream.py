@@ -177,5 +177,8 @@ class StreamParser:
 
 def new_step(step: int, reported: dict, loss=None, lr=None, grad_norm=None, step_time_s=None,
              memory_gib=None, peak_memory_gib=None) -> Step:
-    return {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time_s,
-            "memory_gib": memory_gib, "peak_memory_gib": peak_memory_gib, "reported": reported}
+    """A parsed step, keyed and ordered as the result's step object (``tprimat.results.records.FIELD_NAMES``):
+    what the log does not state (tokens, warm-up) is filled in later, in place, by ``complete_step``."""
+    return {"step": step, "step_time_s": step_time_s, "tokens": None, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+            "memory_gib": memory_gib, "peak_memory_gib": peak_memory_gib, "repeat": 0, "warmup": False,
+            "reported": reported}

@@ -30,20 +30,25 @@ class StepRecord:
 
 
 FIELD_NAMES = tuple(f.name for f in fields(StepRecord))  # as_dict's keys, in this order (a test holds them equal)
+DEFAULTS = {"repeat": 0, "warmup": False}
 
 
 def tokens_of(step: dict, gbs: Optional[int], seq: Optional[int], previous: Optional[dict]) -> Optional[int]:
     """Tokens of one parsed step: the printed (else stated) batch size x the stated (else printed) sequence
     length, else an exact consumed-tokens delta; None when nothing states it."""
     reported = step.get("reported") or {}
-    gbs = reported.get("global_batch_size") or gbs
-    seq = seq or reported.get("actual_seqlen")
+    gbs = positive(reported.get("global_batch_size")) or gbs  # a printed 0 or -1 states nothing
+    seq = seq or positive(reported.get("actual_seqlen"))
     if gbs and seq:
         return int(gbs * seq)
     now, before = reported.get("consumed_tokens"), ((previous or {}).get("reported") or {}).get("consumed_tokens")
     if now is not None and before is not None and step["step"] > previous["step"] and now > before:
         return int((now - before) / (step["step"] - previous["step"]))
     return None
+
+
+def positive(value):
+    return value if value is not None and value > 0 else None
 
 
 def step_time_of(step: dict, tokens: Optional[int], world: Optional[int], warnings: list[str]) -> Optional[float]:
@@ -61,13 +66,28 @@ def step_time_of(step: dict, tokens: Optional[int], world: Optional[int], warnin
     return time_s
 
 
-def record_from_step(step: dict, gbs: Optional[int], seq: Optional[int], world: Optional[int],
-                     previous: Optional[dict], warmup: bool, warnings: list[str]) -> StepRecord:
-    """A parsed log step (``tprimat.logs``) as a step record: the one conversion ingest and live backends share."""
+def complete_step(step: dict, gbs: Optional[int], seq: Optional[int], world: Optional[int],
+                  previous: Optional[dict], warmup: bool, warnings: list[str]) -> dict:
+    """A parsed log step (``tprimat.logs``) completed in place into the result's step object (tokens, step time,
+    warm-up): the one conversion ingest and live backends share. In place, so that a log of 300k steps is held
+    once, as the dicts its result will write."""
+    if len(step) != len(FIELD_NAMES):  # a step from another source (TensorBoard scalars, W&B history)
+        for name in FIELD_NAMES:
+            step.setdefault(name, DEFAULTS.get(name))
     if step.get("reported") is None:
         step["reported"] = {}
     tokens = tokens_of(step, gbs, seq, previous)
-    return StepRecord(step=int(step["step"]), step_time_s=step_time_of(step, tokens, world, warnings), tokens=tokens,
-                      loss=step.get("loss"), lr=step.get("lr"), grad_norm=step.get("grad_norm"),
-                      memory_gib=step.get("memory_gib"), peak_memory_gib=step.get("peak_memory_gib"),
-                      warmup=warmup, reported=step["reported"])
+    step["step_time_s"] = step_time_of(step, tokens, world, warnings)
+    step["step"], step["tokens"], step["warmup"] = int(step["step"]), tokens, warmup
+    return step
+
+
+def record_from_step(step: dict, gbs: Optional[int], seq: Optional[int], world: Optional[int],
+                     previous: Optional[dict], warmup: bool, warnings: list[str]) -> StepRecord:
+    """``complete_step`` of a copy (the parsed step is left as the parser gave it), as a step record."""
+    return as_record(complete_step(dict(step), gbs, seq, world, previous, warmup, warnings))
+
+
+def as_record(step: dict) -> StepRecord:
+    """A result's step object (or a completed parsed step) as a step record."""
+    return StepRecord(**{name: step.get(name) for name in FIELD_NAMES})

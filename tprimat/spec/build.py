@@ -17,7 +17,7 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any, Optional
 
-from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.detect import DetectedHardware, cpu_precision
 from tprimat.spec.schema import TprimatConf, freeze
 
 
@@ -125,13 +125,17 @@ def _nested_types(factory) -> type | None:
 
 
 def resolve_platform(spec: TprimatConf, hw: DetectedHardware) -> None:
-    """Replace ``auto`` by the detected kind and fill ``gpu`` from the device name when it matches."""
+    """Replace ``auto`` by the detected kind and fill ``gpu`` from the device name when it matches; a precision
+    of ``auto`` (the CPU and auto platforms' tuned choice) becomes the device's best: bf16 on GPUs, on a CPU
+    bf16 only where it multiplies bf16 natively (``detect.precision_for``)."""
     if spec.platform.name == "auto":
         spec.platform.name = hw.kind
     if spec.platform.gpu is None and spec.platform.name == hw.kind and hw.gpu_key:
         spec.platform.gpu = hw.gpu_key
     if spec.platform.gpu is not None:
         spec.platform.gpu = spec.platform.gpu.lower()
+    if spec.training.precision == "auto":
+        spec.training.precision = cpu_precision() if spec.platform.name == "cpu" else "bf16"
 
 
 # Bookkeeping that never changes what is trained: the run's label, where it

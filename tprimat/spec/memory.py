@@ -6,9 +6,20 @@ An estimate for planning (will it fit?), not a measurement. Assumptions, stated 
   frameworks (native, transformers, DeepSpeed, torchtitan) hold fp32 weights (4) + fp32 grads (4) + Adam (8).
 - Sharding over dp: fsdp / ZeRO-3 shard all three; ZeRO-2 gradients and optimizer; ZeRO-1 the optimizer.
 - Activations per token per layer follow the decoder's saved tensors with fused (flash / SDPA) attention:
-  fp32 RMSNorm inputs and outputs, bf16 q/k/v and attention output, four SwiGLU intermediates;
-  logits cost 10 B per token per vocab entry
-  (bf16 logits, fp32 upcast for cross-entropy, fp32 gradient). Full recompute keeps only layer inputs.
+  fp32 RMSNorm inputs and outputs (on the sequence shard under sequence parallelism), the normalised inputs of
+  attention and FFN in the compute dtype (sequence parallelism all-gathers them to the full sequence before
+  the column-parallel linears, and the gathered tensors are what is saved), bf16 q/k/v and attention output,
+  four SwiGLU intermediates. bf16 autocast (native without FSDP2) casts an input once per linear that reads
+  it, and each linear saves its own copy: the attention input three times (q, k, v), the FFN input twice.
+  Full recompute keeps only layer inputs.
+- The loss: the logits in the compute dtype (held by the caller through the backward), the fp32 log-softmax
+  output, the loss gradient and the log-softmax input gradient: half + 12 B per token per vocab entry at the
+  peak of its backward (a trace of the head alone gives 14.3 B in bf16). Sharded over tp where the framework
+  computes a vocab-parallel loss; full on every tp rank where the output layer gathers them (native).
+- bf16 autocast over fp32 weights (native without FSDP2) caches the bf16 copy of every weight it casts in the
+  forward until the backward has used it: 2 B per local parameter, counted with the activations.
+- These terms come from tracing the native layouts over fake tensors (``dry_run=deep``, ``bench/memory.py
+  --activations``); docs/benchmarks.md has the table.
 - 1F1B pipelines keep up to pp micro batches in flight on the first stage, GPipe all of them.
 - A fixed runtime overhead (CUDA/HIP context, library workspaces): 1.5 GiB on GPUs, 0.5 GiB on CPU.
 """
@@ -16,12 +27,15 @@ An estimate for planning (will it fit?), not a measurement. Assumptions, stated 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from tprimat.spec.flops import dims, heaviest_stage_params
 from tprimat.spec.schema import TprimatConf
 
 GIB = 2**30
 BF16_MODEL_COPY_FRAMEWORKS = ("megatron", "nemo", "primus")
+VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan")  # logits stay sharded over tp
+AUTOCAST_FRAMEWORKS = ("native",)  # bf16 autocast over fp32 weights without FSDP2
 
 
 @dataclass(frozen=True)
@@ -61,17 +75,22 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
                           activation_bytes(spec, grad_accum_steps) / GIB, overhead)
 
 
-def activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float:
+def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Optional[int] = None) -> float:
+    """Activations (and the autocast weight cache) of the heaviest pipeline stage; ``in_flight``: micro batches
+    held at once (default: the schedule's), 1 for one micro batch as ``dry_run=deep`` traces it."""
     d = dims(spec.model)
     par, tr = spec.parallelism, spec.training
     tokens = tr.micro_batch_size * tr.seq_length / par.cp
     half = 4 if tr.precision == "fp32" else 2
-    replicated = 2 * (2 * d.hidden * 4 + d.hidden * half)  # two RMSNorms: fp32 input + normalised, cast
+    seq_shard = par.tp if par.sequence_parallel else 1
+    norms = 2 * 2 * d.hidden * 4  # two RMSNorms: fp32 input and normalised output
+    copies = 3 + 2 if autocasts(spec) else 2  # the attention and FFN inputs, cast per linear under autocast
+    gathered = copies * d.hidden * half  # in the compute dtype (full sequence under SP: gathered)
     split = (2 * d.q_size + 2 * d.kv_size + 4 * d.ffn) * half  # rotated q/k, v, attention out, SwiGLU
-    per_layer_token = (replicated / (par.tp if par.sequence_parallel else 1)) + split / par.tp
+    per_layer_token = norms / seq_shard + gathered + split / par.tp
     layers = d.layers / par.pp
     full_layer = tokens * per_layer_token
-    input_only = tokens * d.hidden * 4 / (par.tp if par.sequence_parallel else 1)
+    input_only = tokens * d.hidden * 4 / seq_shard
     mode = tr.activation_checkpointing
     if mode == "full":
         per_micro = layers * input_only + full_layer
@@ -79,8 +98,27 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float:
         per_micro = (layers / 2) * (full_layer + input_only) + full_layer
     else:
         per_micro = layers * full_layer
-    logits = tokens * d.vocab * 10 / par.tp
-    in_flight = 1
-    if par.pp > 1:
-        in_flight = min(par.pp, grad_accum_steps) if par.pp_schedule == "1f1b" else grad_accum_steps
-    return per_micro * in_flight + logits
+    if in_flight is None:
+        in_flight = 1
+        if par.pp > 1:
+            in_flight = min(par.pp, grad_accum_steps) if par.pp_schedule == "1f1b" else grad_accum_steps
+    return per_micro * in_flight + logits_bytes(spec, tokens, half) + autocast_cache_bytes(spec)
+
+
+def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
+    tp, vocab = spec.parallelism.tp, spec.model.vocab_size
+    shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
+    return tokens * vocab * (half + 12) / shard
+
+
+def autocasts(spec: TprimatConf) -> bool:
+    """Whether the framework runs bf16 autocast over fp32 weights (the native backend without FSDP2)."""
+    par, plat = spec.parallelism, spec.platform
+    fsdp2 = par.fsdp and plat.devices_per_node * plat.nodes > 1
+    return spec.framework.name in AUTOCAST_FRAMEWORKS and spec.training.precision != "fp32" and not fsdp2
+
+
+def autocast_cache_bytes(spec: TprimatConf) -> float:
+    """bf16 copies of the local weights that autocast casts in the forward and keeps for the backward."""
+    par = spec.parallelism
+    return heaviest_stage_params(spec.model, par.pp) / par.tp * 2 if autocasts(spec) else 0.0

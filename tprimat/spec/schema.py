@@ -177,6 +177,6 @@ class TprimatConf(Freezable):
     training: TrainingConf = field(default_factory=TrainingConf)
     benchmark: BenchmarkConf = field(default_factory=BenchmarkConf)
     logging: LoggingConf = field(default_factory=LoggingConf)
-    dry_run: bool = False
+    dry_run: Any = False  # true | false | deep (validate: dry_run's rule)
     run_name: Optional[str] = None
     resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here

@@ -25,6 +25,7 @@ CHOICES = {
     "training.optimizer.name": ("adamw",),
     "logging.wandb.mode": ("offline", "online", "disabled"),
 }
+DRY_RUN = (False, True, "deep")  # deep: also build the native layout in a fake world and trace its memory
 POSITIVE = (
     "platform.devices_per_node", "platform.nodes", "parallelism.tp", "parallelism.pp", "parallelism.cp",
     "parallelism.dp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
@@ -58,6 +59,8 @@ def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> 
 def check_choices(spec: TprimatConf) -> list[str]:
     problems = [f"{key}={get(spec, key)}: must be one of {', '.join(options)}"
                 for key, options in CHOICES.items() if get(spec, key) not in options]
+    if spec.dry_run not in DRY_RUN:
+        problems.append(f"dry_run={spec.dry_run}: must be one of true, false, deep")
     framework = problem_with(spec.framework.name)
     return problems + ([framework] if framework else [])
 

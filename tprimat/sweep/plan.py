@@ -81,7 +81,7 @@ def _sizes(plan: Optional[Plan]) -> dict:
 def deepen(point: Point, spec, plan: Plan) -> Point:
     """``--deep``: build one rank of every pipeline stage of the real native layout in a fake world; a layout
     that cannot build makes the point invalid with the framework's reason."""
-    from tprimat.backends.native.deep import deep_check
+    from tprimat.backends.native.deep import deep_check, measured_memory
 
     if spec.framework.name != "native":
         return point
@@ -90,9 +90,8 @@ def deepen(point: Point, spec, plan: Plan) -> Point:
     if error:
         point.valid, point.reason = False, error
         return point
-    point.states_measured_gib = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)
-    traced = [r["activations_gib"] for r in roles if r["activations_gib"] is not None]
-    point.activations_measured_gib = max(traced) if traced else None
+    measured = measured_memory(roles, plan.memory.overhead_gib)["memory_measured"]
+    point.states_measured_gib, point.activations_measured_gib = measured["states_gib"], measured["activations_gib"]
     return point
 
 

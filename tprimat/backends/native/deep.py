@@ -74,6 +74,7 @@ def trace_activations(model, spec, layout) -> tuple[Optional[float], Optional[st
     from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
     from tprimat.backends.native.parallelize import uses_autocast
+    from tprimat.backends.native.train import NativeTrainer
 
     tr, cfg = spec.training, spec.model
     try:
@@ -89,7 +90,10 @@ def trace_activations(model, spec, layout) -> tuple[Optional[float], Optional[st
             with tracker:
                 with autocast:
                     out = model(inputs)
-                out.float().sum().backward()
+                if layout.last_stage:  # the training loss itself: its fp32 logits and their gradient count
+                    NativeTrainer._cross_entropy(out, torch.randint(0, cfg.vocab_size, shape)).backward()
+                else:  # a stage's output gradient, as the next stage would send it
+                    out.backward(torch.ones_like(out))
             peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
     except Exception as exc:  # noqa: BLE001 - the tracer's limits are stated, the layout still built
         return None, f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
@@ -108,6 +112,26 @@ def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, activations: bool = T
             return roles, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
         roles.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return roles, None
+
+
+def measured_memory(roles: list[dict], overhead_gib: float) -> dict:
+    """The deep check's roles as the plan's measured memory: the heaviest stage's model states and the largest
+    traced activation peak (per device, GiB), the runtime overhead the estimate assumes, and each stage's own."""
+    states = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)
+    heaviest = max(roles, key=lambda r: r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"])
+    traced = [r["activations_gib"] for r in roles if r["activations_gib"] is not None]
+    activations = max(traced) if traced else None
+    notes = sorted({r["activations_note"] for r in roles if r.get("activations_note")})
+    return {"memory_measured_gib": states + activations + overhead_gib if activations is not None else None,
+            "memory_measured": {"weights_gib": heaviest["weights_gib"], "grads_gib": heaviest["grads_gib"],
+                                "optimizer_gib": heaviest["optimizer_gib"], "states_gib": states,
+                                "activations_gib": activations, "overhead_gib": overhead_gib,
+                                "activations_note": "; ".join(notes) or None,
+                                "stages": [{k: r[k] for k in ("rank", "stage", "params", "weights_gib",
+                                                              "activations_gib")} for r in roles],
+                                "method": "native layout built full size over torch's fake process group on the "
+                                          "meta device; activations of one micro batch traced by MemTracker over "
+                                          "fake tensors"}}
 
 
 if __name__ == "__main__":
