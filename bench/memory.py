@@ -27,6 +27,7 @@ from tprimat.spec.build import build_spec, spec_to_dict  # noqa: E402
 from tprimat.spec.detect import DetectedHardware  # noqa: E402
 from tprimat.spec.memory import GIB, activation_bytes  # noqa: E402
 from tprimat.spec.plan import make_plan  # noqa: E402
+from tprimat.spec.validate import check_layout, check_model  # noqa: E402
 
 NODE = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=8", "methodology=identical_config",
         "training.precision=bf16"]
@@ -41,8 +42,21 @@ LAYOUTS = {
 PLANNING_HOST = DetectedHardware("cpu", "planning host", 1, 0.0, None)
 
 
+def layout_spec(model: str, layout: str):
+    """The row's spec; a tp the model's heads do not divide (Qwen 2.5 7B: 28 heads) halves until valid."""
+    overrides = [*NODE, f"model={model}", *LAYOUTS[layout]]
+    while True:
+        spec = build_spec(compose(overrides), PLANNING_HOST)
+        problems = check_layout(spec) + check_model(spec)  # the layout's rules; whether it fits is the point here
+        if not problems or spec.parallelism.tp == 1:
+            return spec, problems
+        overrides.append(f"parallelism.tp={spec.parallelism.tp // 2}")
+
+
 def row(model: str, layout: str, activations: bool) -> dict:
-    spec = build_spec(compose([*NODE, f"model={model}", *LAYOUTS[layout]]), PLANNING_HOST)
+    spec, problems = layout_spec(model, layout)
+    if problems:
+        raise SystemExit(f"{model} {layout}: {problems[0]}")
     plan = make_plan(spec, PLANNING_HOST)
     m = plan.memory
     t0 = time.perf_counter()
@@ -54,7 +68,7 @@ def row(model: str, layout: str, activations: bool) -> dict:
                        max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)),
             "activations": (activation_bytes(spec, plan.grad_accum_steps, in_flight=1) / GIB,
                             max(traced) if traced else None),
-            "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0, "tp": spec.parallelism.tp}
 
 
 def main() -> None:
@@ -69,6 +83,8 @@ def main() -> None:
         for layout in LAYOUTS:
             r = row(model, layout, args.activations)
             estimate, traced = r[kind]
+            if "TP" in layout and r["tp"] != 8 and "x" not in layout:
+                layout = f"{layout} tp={r['tp']}"
             if traced is None:
                 print(f"{model:<10} {layout:<10} {estimate:>18.2f} {'n/a':>11}")
                 continue

@@ -212,3 +212,36 @@ def test_the_activation_estimate_matches_the_traced_layout(layout):
     assert error is None
     traced = max(r["activations_gib"] for r in roles) * 2**30
     assert activation_bytes(spec, plan.grad_accum_steps, in_flight=1) == pytest.approx(traced, rel=0.05)
+
+
+DEPTH_CHECK = """
+import json, sys, torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from tprimat.backends.native.deep import trace_by_depth
+from tprimat.backends.native.parallelize import make_layout
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import make_plan
+spec = build_spec(json.loads(sys.argv[1]))
+plan = make_plan(spec, DetectedHardware("cpu", "fake world", 1, 0.0, None))
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world_size)
+layout = make_layout(plan, torch.device("cpu"))
+period = 2 if spec.training.activation_checkpointing == "selective" else 1
+whole, _ = trace_by_depth(spec, layout, depths=(spec.model.num_layers, spec.model.num_layers))
+extrapolated, _ = trace_by_depth(spec, layout, depths=(period, 2 * period))
+print(json.dumps([whole, extrapolated]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_activations_extrapolated_in_depth_equal_the_whole_trace(recompute):
+    """The deep check traces a stage at one and two layers (two and four under selective recompute) and
+    extrapolates to its depth; here an 8-layer model traced whole gives the same peak."""
+    _, _, spec_dict = _spec_dict(["platform=cpu", "platform.devices_per_node=2", "parallelism.tp=2",
+                                  "model.num_layers=8", f"training.activation_checkpointing={recompute}"])
+    proc = subprocess.run([sys.executable, "-c", DEPTH_CHECK, json.dumps(spec_dict)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    whole, extrapolated = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert whole > 0 and extrapolated == pytest.approx(whole, rel=1e-3)

@@ -56,13 +56,46 @@ def measure_rank(spec_dict: dict, rank: int, activations: bool = True) -> dict:
         params = [p for p in model.parameters() if p.requires_grad]
         numel = sum(local_numel(p) for p in params)
         element = params[0].element_size() if params else 4
-        traced, why = trace_activations(model, spec, layout) if activations else (None, "not traced (states only)")
+        traced, why = trace_by_depth(spec, layout) if activations else (None, "not traced (states only)")
     finally:
         dist.destroy_process_group()
     return {"rank": rank, "stage": layout.pp_rank, "params": numel,
             "weights_gib": numel * element / GIB, "grads_gib": numel * element / GIB,  # grads take the param dtype
             "optimizer_gib": 2 * numel * element / GIB,  # AdamW: exp_avg and exp_avg_sq, the param dtype
             "activations_gib": traced, "activations_note": why}
+
+
+def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tuple[Optional[float], Optional[str]]:
+    """The stage's activation peak, traced on copies of the stage with ``p`` and ``2p`` layers and extrapolated
+    linearly to its own depth: decoder layers are identical, so every layer adds the same saved tensors (and
+    autocast weight copies) to the peak at the start of the backward, whatever the depth (``p``: 2 under
+    selective recompute, which alternates layers, else 1). Tracing a whole 80-layer stage takes minutes; two
+    shallow copies take seconds. A stage of at most ``2p`` layers is traced whole."""
+    import torch
+
+    from tprimat.backends.native.model import Decoder
+    from tprimat.backends.native.parallelize import parallelize
+    from tprimat.spec.build import build_spec, spec_to_dict
+
+    period = 2 if spec.training.activation_checkpointing == "selective" else 1
+    layers = spec.model.num_layers // layout.pp
+    shallow, deeper = depths or (period, 2 * period)
+    peaks = []
+    for depth in ((layers,) if layers <= deeper else (shallow, deeper)):
+        copy = spec_to_dict(spec)
+        copy["model"]["num_layers"] = depth * layout.pp
+        small = build_spec(copy)
+        with torch.device("meta"):
+            model = Decoder(small.model, small.training.seed)
+        model = parallelize(model, small, layout, torch.device("cpu"), allocate=False)
+        peak, why = trace_activations(model, small, layout)
+        if peak is None:
+            return None, why
+        peaks.append(peak)
+    if len(peaks) == 1:
+        return peaks[0], None
+    per_layer = (peaks[1] - peaks[0]) / (deeper - shallow)
+    return peaks[0] + (layers - shallow) * per_layer, None
 
 
 def trace_activations(model, spec, layout) -> tuple[Optional[float], Optional[str]]:
