@@ -24,8 +24,8 @@ OVERRIDES = ["model=llama_tiny", "training.seq_length=64", "training.global_batc
 def own_loop(recorder: Recorder, steps: int, fail_at: int = 0) -> list[float]:
     """A user's loop: their model, data and optimizer; tprimat only times the steps."""
     from tprimat.backends.native.model import Decoder
-    from tprimat.spec.build import build_spec
     from tprimat.compose import compose
+    from tprimat.spec.build import build_spec
 
     torch.manual_seed(0)
     model = Decoder(build_spec(compose(["model=llama_tiny"])).model)
