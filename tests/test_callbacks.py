@@ -113,3 +113,41 @@ def test_compare_reads_callback_results_beside_a_native_run(tmp_path):
     assert len(groups) == 2
     mine = next(g for g in groups if g.framework == "pytorch")
     assert mine.metrics["tokens_per_s"] == pytest.approx(rec.result["summary"]["tokens_per_s"])
+
+
+@pytest.mark.slow
+def test_a_lightning_trainer_with_the_callback(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    from tprimat.callbacks.lightning import TprimatLightningCallback
+
+    class TinyLM(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(256, 32), torch.nn.Linear(32, 256)
+            self.losses: list[float] = []  # what training_step returned, read back by the test
+
+        def training_step(self, batch, batch_idx):
+            logits = self.head(self.embed(batch[:, :-1]))
+            loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+            self.losses.append(loss.item())
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+    torch.manual_seed(0)
+    module = TinyLM()
+    data = torch.utils.data.DataLoader(torch.randint(0, 256, (64, 33)), batch_size=2)
+    callback = TprimatLightningCallback(tmp_path / "run", ["training.seq_length=33"])
+    trainer = lightning.Trainer(max_steps=5, accumulate_grad_batches=2, accelerator="cpu", devices=1, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                callbacks=[callback])
+    trainer.fit(module, data)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert validate_result(result) == [] and result["status"] == "ok"
+    steps = result["steps"]
+    assert len(steps) == 5 and all(s["tokens"] == 2 * 2 * 33 and s["step_time_s"] > 0 for s in steps)
+    means = [(a + b) / 2 for a, b in zip(module.losses[0::2], module.losses[1::2])]  # each step's two micro batches
+    assert [s["loss"] for s in steps] == pytest.approx(means, rel=1e-6)
+    assert all(s["lr"] == 3e-3 for s in steps)
+    assert result["framework"]["name"] == "lightning"

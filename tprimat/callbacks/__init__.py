@@ -1,5 +1,6 @@
 """Record users' own training scripts as tprimat results: ``Recorder`` (a context manager for plain PyTorch
-loops) and ``TprimatCallback`` (a Hugging Face ``TrainerCallback``, imported from ``tprimat.callbacks.hf``)."""
+loops), ``TprimatCallback`` (a Hugging Face ``TrainerCallback``, from ``tprimat.callbacks.hf``) and
+``TprimatLightningCallback`` (Lightning 2, from ``tprimat.callbacks.lightning``)."""
 
 from tprimat.callbacks.recorder import Recorder, Step
 
