@@ -79,6 +79,15 @@ def test_a_number_too_long_for_int_in_a_rank_prefix_is_text():
     assert [s["step"] for s in parse_both_ways("megatron", [line]).steps] == [3]
 
 
+def test_a_carriage_return_inside_a_step_line_reads_the_same_on_both_paths():
+    """A progress bar's carriage return inside a field name (found by the fuzz test in CI): ``clean`` drops it
+    on the line path, so the block path must read that block line by line too."""
+    line = ("0: [2026-01-01 00:00:00] iteration    2/   4 | c\ronsumed samples: 64 | "
+            "elapsed time per iteration (ms): 900.0 | lm loss: 1.9 |")
+    (step,) = parse_both_ways("megatron", [line]).steps
+    assert step["reported"]["consumed_samples"] == 64 and step["step_time_s"] == 0.9
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-8-sig"])
 def test_bom_marked_logs_are_decoded(tmp_path, encoding):
     from tprimat.ingest.build import ingest_file

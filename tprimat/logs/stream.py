@@ -25,9 +25,10 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
 MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError)  # what a bad line raises
-# A block holding any of these is read line by line: colour codes, fact-bearing lines (argument dumps,
-# launcher command lines, model arguments) and failures need the full per-line path.
-BLOCK_TRIGGERS = ("\x1b", " ...", "torchrun", "torch.distributed.run", "TransformerModelArgs(", "xited with",
+# A block holding any of these is read line by line: colour codes, carriage returns (progress bars; ``clean``
+# drops them), fact-bearing lines (argument dumps, launcher command lines, model arguments) and failures need
+# the full per-line path.
+BLOCK_TRIGGERS = ("\x1b", "\r", " ...", "torchrun", "torch.distributed.run", "TransformerModelArgs(", "xited with",
                   *FAILURE_WORDS)
 
 
