@@ -68,12 +68,29 @@ def test_energy_is_summed_over_every_device_in_the_measured_window():
     sampler, s = measure(Counters([100.0, 200.0, 300.0, 400.0]), world_size=4)
     window_s = sampler.window[1] - sampler.window[0]  # about 0.5 s; more when this machine is busy
     # 1000 W in all over the window only, give or take a few sampling intervals at its edges (10 J each)
-    assert s["energy_j"] == pytest.approx(1000.0 * window_s, abs=60.0)  # device 0 alone: about 450 J short
+    assert s["energy_j"] == pytest.approx(1000.0 * window_s, rel=1e-3)  # device 0 alone: about 450 J short
     assert s["energy_j_by_device"][3] == pytest.approx(4 * s["energy_j_by_device"][0], rel=0.05)
     assert s["energy_per_token_j"] == pytest.approx(s["energy_j"] / 1000)  # four devices, all 1000 tokens
     assert s["devices_sampled"] == 4 and s["ranks_covered"] == 4 and s["avg_power_w"] == 1000.0
     assert s["peak_power_w"] == 1000.0 and s["mem_gib_peak"] == 4.0 and s["read_errors"] == 0
     assert "extrapolated" not in s["energy_scope"]
+
+
+def test_the_counter_is_read_at_the_window_edges_not_at_the_samples_inside_it():
+    """Sampling every 0.2 s over a 0.5 s window: the readings inside it span about 0.2-0.4 s, so their rise
+    alone would miss 20-60% of the energy; interpolated at the edges, a steady 100 W device gives 100 W x the
+    window (the window's own monotonic bounds, written in the summary, are the reference)."""
+    source = Counters([100.0])
+    sampler = Sampler(source, interval_s=0.2).start()
+    time.sleep(0.3)
+    sampler.mark(measured=False)
+    time.sleep(0.5)
+    sampler.mark(measured=True)
+    sampler.stop()  # right after the window: the stop's own reading brackets its end
+    s = sampler.summary(measured_tokens=100, world_size=1)
+    start, end = s["window_monotonic_s"]
+    assert s["window_s"] == pytest.approx(end - start) and s["window_s"] >= 0.5
+    assert s["energy_j"] == pytest.approx(100.0 * s["window_s"], rel=1e-3)
 
 
 def test_one_node_of_two_is_extrapolated_and_says_so():
@@ -111,7 +128,7 @@ def test_occasional_read_errors_are_counted_and_the_counter_still_gives_energy()
     sampler, s = measure(Counters([100.0], failing={0: 0.25}), world_size=1)
     window_s = sampler.window[1] - sampler.window[0]
     assert s["read_errors"] > 0 and s["read_error_first"].startswith("OSError")
-    assert s["energy_j"] == pytest.approx(100.0 * window_s, abs=10.0) and s["energy_note"] is None
+    assert s["energy_j"] == pytest.approx(100.0 * window_s, rel=1e-3) and s["energy_note"] is None
 
 
 def test_a_device_with_neither_counter_nor_power_is_named():

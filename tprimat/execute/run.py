@@ -19,6 +19,7 @@ from tprimat.execute.prepare import Prepared, prepare
 from tprimat.execute.project import projection_of
 from tprimat.execute.signals import Interrupted, signals_raise
 from tprimat.execute.spawn import spawn_local
+from tprimat.logs.tprimat import spec_line, step_line
 from tprimat.measure import environment
 from tprimat.measure.devices import detect
 from tprimat.measure.telemetry import Sampler, open_source
@@ -175,6 +176,8 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     header = {"run_id": common["run_id"], "spec": common["spec"], "spec_hash": common["spec_hash"],
               "plan": plan_dict, "overrides": common["overrides"]}
     step_log = StepLog(run_dir, header) if is_writer and not spawned else None  # spawned: rank 0 writes it
+    if is_writer:  # the log states the run's spec: ``tprimat ingest`` reads a run's log back (tprimat.logs.tprimat)
+        log.info("%s", spec_line(common["spec"], plan.world_size))
     with signals_raise():
         measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink, step_log),
                             sink if spawned else None, header)
@@ -284,16 +287,7 @@ def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):
 
 def _log_step(spec: TprimatConf, record: StepRecord) -> None:
     if record.step % spec.logging.log_every_steps == 0 or record.step == spec.training.max_steps:
-        rate = record.tokens / record.step_time_s if record.tokens and record.step_time_s else None
-        log.info("repeat %d step %d/%d | loss %s | lr %s | grad_norm %s | step_time %s s | %s tokens/s%s",
-                 record.repeat, record.step, spec.training.max_steps, _shown(record.loss, ".4f"),
-                 _shown(record.lr, ".3e"), _shown(record.grad_norm, ".3f"), _shown(record.step_time_s, ".3f"),
-                 _shown(rate, ".0f"), " (warm-up)" if record.warmup else "")
-
-
-def _shown(value: Optional[float], spec: str) -> str:
-    """A figure for the console; ``n/a`` where the framework printed none (never a made-up zero)."""
-    return "n/a" if value is None else format(value, spec)
+        log.info("%s", step_line(record, spec.training.max_steps))
 
 
 def _invalid(problems: list[str], run_dir: Path, common: dict, spec: Optional[dict], plan: Optional[dict] = None,

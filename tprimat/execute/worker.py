@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tprimat.execute.distributed import device_type, exit_rank, rank_env, run_on_this_rank
 from tprimat.execute.prepare import prepare
+from tprimat.logs.tprimat import step_line
 from tprimat.measure.devices import detect
 from tprimat.results.result import atomic_write_json
 from tprimat.results.steplog import StepLog
@@ -20,8 +21,7 @@ log = logging.getLogger("tprimat")
 
 
 def show(record, max_steps: int) -> None:
-    log.info("repeat %d step %d/%d | loss %.4f | lr %.3e | grad_norm %.3f | step_time %.3f s",
-             record.repeat, record.step, max_steps, record.loss, record.lr, record.grad_norm, record.step_time_s)
+    log.info("%s", step_line(record, max_steps))
 
 
 def main(launch_file: str) -> int:

@@ -29,6 +29,7 @@ from tprimat.spec import flops
 FRAMEWORK_OF = {"megatron": "megatron", "primus": "primus", "nemo": "nemo", "torchtitan": "torchtitan",
                 "deepspeed": "deepspeed", "hf": "transformers", "mlperf": "mlperf"}
 NO_WARMUP_FORMATS = ("mlperf",)  # MLPerf blocks start after the benchmark's own initialisation
+STEP_WARMUP_FORMATS = ("tprimat",)  # the log marks each warm-up step (of every repeat)
 AGREEMENT = 0.02  # computed and reported figures further apart than this get a warning
 
 
@@ -54,30 +55,36 @@ class Meta:
         return [o for o in self.overrides if not o.startswith("world_size=")]  # --devices is not a config key
 
 
-def stated_spec(parsed: Parsed, meta: Meta, framework: str) -> Stated:
+def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
     # analysis settings (benchmark, logging) from the defaults with the user's overrides: one composition
     st = Stated(meta.composed(meta.config_overrides), meta.composed)
     st.set("framework.name", framework, f"log format {parsed.format}")
     st.log_facts(parsed.facts)
     st.system(meta.system)
     st.overrides(meta.overrides)
+    st.set("framework.name", "unknown", f"log format {parsed.format}")  # where nothing stated one
     resolve(st)
+    marked = [s for s in parsed.steps if s["repeat"] == parsed.steps[0]["repeat"] and s["warmup"]] \
+        if parsed.format in STEP_WARMUP_FORMATS and parsed.steps else None
     warmup = meta.warmup_steps if meta.warmup_steps is not None else (
+        len(marked) if marked is not None else
         0 if parsed.format in NO_WARMUP_FORMATS else st.spec["benchmark"]["warmup_steps"])
     st.spec["benchmark"]["warmup_steps"] = warmup
     return st
 
 
-def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str]) -> list[dict]:
-    """The parsed steps completed in place into the result's steps (tokens, step time, warm-up)."""
+def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str],
+                   marked: bool = False) -> list[dict]:
+    """The parsed steps completed in place into the result's steps (tokens, step time, warm-up). ``marked``:
+    the log marked its warm-up steps itself (each repeat's own), kept as marked."""
     wanted = spec["benchmark"]["warmup_steps"]
     warmup = min(wanted, max(len(steps) - 1, 0))
-    if warmup < wanted:
+    if warmup < wanted and not marked:
         warnings.append(f"only {len(steps)} steps: {warmup} of benchmark.warmup_steps={wanted} excluded as warm-up")
     gbs, seq = spec["training"]["global_batch_size"], spec["training"]["seq_length"]
     previous = None
     for i, s in enumerate(steps):
-        complete_step(s, gbs, seq, world, previous, i < warmup, warnings)
+        complete_step(s, gbs, seq, world, previous, s["warmup"] if marked else i < warmup, warnings)
         previous = s
     return steps
 
@@ -116,10 +123,11 @@ def disagreements(summary: dict) -> list[str]:
 
 
 def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
-    framework = FRAMEWORK_OF.get(parsed.format, "unknown")
-    st = stated_spec(parsed, meta, framework)
+    st = stated_spec(parsed, meta, FRAMEWORK_OF.get(parsed.format))
+    framework = st.spec["framework"]["name"]  # tprimat's own log states its framework
     world = world_size(st)
-    steps = complete_steps(parsed.steps, st.spec, world, st.warnings)
+    marked = parsed.format in STEP_WARMUP_FORMATS and meta.warmup_steps is None
+    steps = complete_steps(parsed.steps, st.spec, world, st.warnings, marked)
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
     records = [as_record(s) for s in steps]  # for the summary only: the result writes ``steps`` themselves
     summary = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], timing="reported")

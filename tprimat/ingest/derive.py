@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tprimat.ingest.stated import Stated, get_dotted
+from tprimat.logs.tprimat import WHERE as TPRIMAT_SPEC
 from tprimat.spec import flops
 from tprimat.spec.hardware import lookup
 from tprimat.spec.schema import ModelConf
@@ -53,7 +54,8 @@ def model_conf(st: Stated) -> Optional[ModelConf]:
     model = st.spec["model"]
     if any(not isinstance(model.get(k), int) for k in MODEL_DIMS):
         return None
-    gated = "model" in st.where or st.facts.get("megatron.swiglu") is True
+    gated = ("model" in st.where or st.facts.get("megatron.swiglu") is True
+             or st.where.get("model.family") == TPRIMAT_SPEC)  # tprimat's native decoders are all SwiGLU
     if not gated:
         st.warnings.append("the log states the model's dimensions but not a gated (SwiGLU) MLP: FLOPs not computed")
         return None

@@ -14,10 +14,12 @@ from tprimat.logs.mlperf import MARK, MlperfParser
 from tprimat.logs.nemo import NEMO2, NemoParser
 from tprimat.logs.stream import StreamParser
 from tprimat.logs.torchtitan import TITAN, TorchtitanParser
+from tprimat.logs.tprimat import STEP as TPRIMAT_STEP
+from tprimat.logs.tprimat import TprimatParser
 
 PARSERS: dict[str, type[StreamParser]] = {
     "megatron": MegatronParser, "primus": PrimusParser, "nemo": NemoParser, "torchtitan": TorchtitanParser,
-    "deepspeed": DeepspeedParser, "hf": HfParser, "mlperf": MlperfParser,
+    "deepspeed": DeepspeedParser, "hf": HfParser, "mlperf": MlperfParser, "tprimat": TprimatParser,
 }
 
 # Evidence that a text is in a format: (pattern, weight).
@@ -29,6 +31,7 @@ SIGNATURES = {
     "deepspeed": [(DS_STEP, 5), (DS_TIMER, 5), (re.compile(r"\bdeepspeed\b", re.I), 1)],
     "hf": [(HF_DICT, 5), (re.compile(r"\*\*\*\*\* Running training \*\*\*\*\*"), 5)],
     "mlperf": [(re.compile(re.escape(MARK)), 5)],
+    "tprimat": [(TPRIMAT_STEP, 5), (re.compile(r"spec \(world size \d+\): \{"), 5)],
 }
 DETECT_BYTES = 4 << 20  # formats are recognised from the head of a file
 
@@ -71,7 +74,7 @@ def parse_lines(lines: Iterable[str], fmt: Optional[str]) -> Parsed:
 
 def finished(parser: StreamParser, steps: list[dict], fmt: Optional[str]) -> Parsed:
     steps += parser.finish()
-    steps.sort(key=lambda s: s["step"])
+    steps.sort(key=lambda s: (s["repeat"], s["step"]))
     error = parser.error
     if not steps and error is None:
         error = "no training step found" + ("" if fmt else " (format not recognised)")

@@ -55,24 +55,50 @@ class Sampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # one reading after the window, so that its end is bracketed
+            self.samples.append((time.monotonic(), [self._read(i) for i in range(len(self.source.devices))]))
         self.source.close()
 
     def summary(self, measured_tokens: int, world_size: int = 1) -> dict:
         rows = [row for t, row in self.samples if self.window and self.window[0] <= t <= self.window[1]]
         window_s = self.window[1] - self.window[0] if self.window else 0.0
+        rises = [counter_rise(self.samples, i, self.window) for i in range(len(self.source.devices))]
         out = summarize(rows, window_s, self.source.devices, self.first_error, self.source.ranks_covered,
-                        world_size, measured_tokens)
+                        world_size, measured_tokens, rises)
         cost = statistics.median(self.sample_cost_s) if self.sample_cost_s else None
-        return {"source": self.source.name, "interval_s": self.interval_s, **out, "sample_cost_s_median": cost}
+        return {"source": self.source.name, "interval_s": self.interval_s, **out, "window_s": window_s,
+                "window_monotonic_s": list(self.window) or None, "sample_cost_s_median": cost}
+
+
+def counter_at(points: list[tuple[float, float]], t: float) -> Optional[float]:
+    """A cumulative counter's value at ``t``, linear between the readings that bracket it (None if none do)."""
+    for (t0, c0), (t1, c1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+    return None
+
+
+def counter_rise(samples: list[tuple[float, Row]], device: int, window: list[float]) -> Optional[float]:
+    """Device ``device``'s energy counter rise over exactly ``window``, interpolated between the readings on
+    either side of each edge: the readings inside the window alone span up to two sampling intervals less."""
+    if not window:
+        return None
+    points = [(t, row[device]["energy_j"]) for t, row in samples
+              if row[device] is not None and row[device].get("energy_j") is not None]
+    start, end = counter_at(points, window[0]), counter_at(points, window[1])
+    return end - start if start is not None and end is not None else None
 
 
 def _values(readings: list[dict], key: str) -> list[float]:
     return [r[key] for r in readings if r.get(key) is not None]
 
 
-def device_energy_j(readings: list[dict], window_s: float) -> Optional[float]:
-    """A cumulative counter's rise over the window; else mean power x window; else None."""
+def device_energy_j(readings: list[dict], window_s: float, rise: Optional[float] = None) -> Optional[float]:
+    """A cumulative counter's rise over the window (``rise``, interpolated at its edges, when known; else
+    between the first and last readings inside it); else mean power x window; else None."""
     counters, power = _values(readings, "energy_j"), _values(readings, "power_w")
+    if rise is not None:
+        return rise
     if len(counters) >= 2:
         return counters[-1] - counters[0]
     if len(power) >= 2 and window_s > 0:
@@ -91,14 +117,15 @@ def _energy_problem(devices: list[str], per_device: list[list[dict]], reads: int
 
 
 def summarize(rows: list[Row], window_s: float, devices: list[str], first_error: list, ranks_covered: int,
-              world_size: int, measured_tokens: int) -> dict:
+              world_size: int, measured_tokens: int, rises: Optional[list] = None) -> dict:
     """Energy summed over the sampled devices, divided by the tokens of the ranks they cover.
 
     The devices' ranks processed ``measured_tokens * covered / world_size`` of the run's tokens (every rank
     does an equal share of the work in data, tensor and pipeline parallel layouts alike), so energy per token
     is exact when the devices cover every rank and an extrapolation, said in ``energy_scope``, otherwise."""
     per_device = [[row[i] for row in rows if row[i] is not None] for i in range(len(devices))]
-    energy = [device_energy_j(readings, window_s) for readings in per_device]
+    rises = rises or [None] * len(devices)
+    energy = [device_energy_j(readings, window_s, rise) for readings, rise in zip(per_device, rises)]
     failed = [len(rows) - len(ok) for ok in per_device]
     problem = _energy_problem(devices, per_device, len(rows), first_error, energy) if devices else "unavailable: no devices"
     total = None if problem else sum(energy)
