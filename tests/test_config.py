@@ -19,7 +19,8 @@ FULL = [m for m in MEMBERS["model"] if not m.endswith("_tiny")]
 
 def test_groups_have_the_members_the_docs_promise():
     assert MEMBERS["platform"] == ["amd", "auto", "cpu", "nvidia"]
-    assert set(MEMBERS["model"]) == {"llama", "qwen", "mistral", "llama70b", "llama_tiny", "qwen_tiny", "mistral_tiny"}
+    assert set(MEMBERS["model"]) == {"llama", "qwen", "mistral", "llama70b", "llama70b_proxy", "llama_tiny", "qwen_tiny",
+                                     "mistral_tiny", "gpt2", "gpt2_medium", "gpt2_large", "gpt2_xl", "gpt2_tiny"}
     assert MEMBERS["methodology"] == ["identical_config", "maximum_performance"]
     assert "native" in MEMBERS["framework"]
 
@@ -54,7 +55,9 @@ def test_full_size_models_plan_on_gpu_nodes(tmp_path, model, platform, gpu):
     assert plan["peak_tflops"] > 0 and plan["memory_estimate_gib"] <= plan["device_memory_gib"]
     # maximum_performance applies the platform's tuned settings; a node of 8 GPUs is 8-way data parallel.
     assert out.result["spec"]["parallelism"]["fsdp"] is True
-    assert plan["grad_accum_steps"] == 128 // (plan["dp"] * 1)
+    tr = out.result["spec"]["training"]  # GPT-2: GBS 64 x MBS 8 at seq 1024; the others GBS 128 x MBS 1
+    assert (tr["global_batch_size"], tr["micro_batch_size"]) == ((64, 8) if model.startswith("gpt2") else (128, 1))
+    assert plan["grad_accum_steps"] == tr["global_batch_size"] // (plan["dp"] * tr["micro_batch_size"])
 
 
 def test_dry_run_plan_section(tmp_path):

@@ -226,7 +226,8 @@ spec = build_spec(json.loads(sys.argv[1]))
 plan = make_plan(spec, DetectedHardware("cpu", "fake world", 1, 0.0, None))
 dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world_size)
 layout = make_layout(plan, torch.device("cpu"))
-period = 2 if spec.training.activation_checkpointing == "selective" else 1
+from tprimat.spec.schema import ac_period
+period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
 whole, _ = trace_by_depth(spec, layout, depths=(spec.model.num_layers, spec.model.num_layers))
 extrapolated, _ = trace_by_depth(spec, layout, depths=(period, 2 * period))
 print(json.dumps([whole, extrapolated]))

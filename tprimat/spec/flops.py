@@ -1,4 +1,8 @@
-"""Model FLOPs per token and parameter counts for a dense decoder (Llama / Qwen2 / Mistral).
+"""Model FLOPs per token and parameter counts for a dense decoder (Llama / Qwen2 / Mistral / GPT-2).
+
+Gated (SwiGLU: gate, up, down) and plain (GELU: up, down) MLPs; learned position embeddings add parameters
+(an embedding, as the token table) but no matmul FLOPs; the output head's FLOPs use the padded vocabulary,
+as Megatron-LM's ``padded_vocab_size`` does.
 
 The canonical convention is Megatron-LM's ``num_floating_point_operations`` (causal halving of core
 attention; activation recompute not counted). The others are kept so that a framework's own printed
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tprimat.spec.schema import ModelConf, head_dim_of
+from tprimat.spec.schema import ModelConf, head_dim_of, padded_vocab
 
 MEGATRON = "megatron"  # causal halving of core attention (Megatron-LM since 2025, NeMo 2 llama3())
 MEGATRON_LEGACY = "megatron_legacy"  # no causal halving (older Megatron-LM, Primus builds of 2025)
@@ -39,16 +43,35 @@ class Dims:
 
 def dims(model: ModelConf) -> Dims:
     return Dims(model.num_layers, model.hidden_size, model.ffn_hidden_size, model.num_attention_heads,
-                model.num_kv_heads, head_dim_of(model), model.vocab_size)
+                model.num_kv_heads, head_dim_of(model), padded_vocab(model))
+
+
+def mlp_matrices(model: ModelConf) -> int:
+    """Weight matrices of hidden x ffn in one MLP: 3 gated (gate, up, down), 2 plain (up, down)."""
+    return 3 if model.mlp == "swiglu" else 2
+
+
+def norm_params(model: ModelConf) -> int:
+    return model.hidden_size * (2 if model.norm == "layernorm" else 1)  # LayerNorm: weight and bias
 
 
 def layer_params(model: ModelConf) -> int:
-    """One decoder layer: attention (with Qwen's QKV bias), SwiGLU FFN, two RMSNorms."""
+    """One decoder layer: attention (with Qwen's QKV bias or GPT-2's biases), the MLP, two norms."""
     d = dims(model)
     attn = d.hidden * (d.q_size + 2 * d.kv_size) + d.q_size * d.hidden
-    if model.qkv_bias:
+    mlp = mlp_matrices(model) * d.hidden * d.ffn
+    if model.qkv_bias or model.linear_bias:
         attn += d.q_size + 2 * d.kv_size
-    return attn + 3 * d.hidden * d.ffn + 2 * d.hidden
+    if model.linear_bias:
+        attn += d.hidden
+        mlp += d.ffn * (mlp_matrices(model) - 1) + d.hidden
+    return attn + mlp + 2 * norm_params(model)
+
+
+def embedding_params(model: ModelConf) -> int:
+    """The input tables: tokens (padded vocabulary) and, for learned positions, positions."""
+    positions = model.max_position_embeddings if model.position_embedding == "learned" else 0
+    return (padded_vocab(model) + positions) * model.hidden_size
 
 
 def heaviest_stage_params(model: ModelConf, pp: int) -> int:
@@ -57,23 +80,22 @@ def heaviest_stage_params(model: ModelConf, pp: int) -> int:
     if pp == 1:
         return param_counts(model)[0]
     d = dims(model)
-    return d.layers // pp * layer_params(model) + max(d.vocab * d.hidden, d.vocab * d.hidden + d.hidden)
+    return d.layers // pp * layer_params(model) + max(embedding_params(model), d.vocab * d.hidden + norm_params(model))
 
 
 def param_counts(model: ModelConf) -> tuple[int, int]:
-    """(total, non-embedding) parameters; non-embedding excludes only the input token embedding."""
+    """(total, non-embedding) parameters; non-embedding excludes the input tables (tokens, learned positions)."""
     d = dims(model)
-    layer = layer_params(model)
-    embedding = d.vocab * d.hidden
+    embedding = embedding_params(model)
     output = 0 if model.tie_embeddings else d.vocab * d.hidden
-    total = embedding + d.layers * layer + d.hidden + output
+    total = embedding + d.layers * layer_params(model) + norm_params(model) + output
     return total, total - embedding
 
 
 def flops_per_token(model: ModelConf, seq_length: int, convention: str = CANONICAL) -> float:
     d = dims(model)
     if convention in (MEGATRON, MEGATRON_LEGACY):
-        dense = (d.hidden * d.ffn * 3 * d.layers
+        dense = (d.hidden * d.ffn * mlp_matrices(model) * d.layers
                  + (d.hidden * (d.q_size + 2 * d.kv_size) + d.q_size * d.hidden) * d.layers
                  + d.hidden * d.vocab)
         attention_factor = 1 if convention == MEGATRON else 2  # causal halving

@@ -16,6 +16,7 @@ class FrameworkInfo:
     module: str  # import path of the adapter; it defines BACKEND
     description: str
     extra: str = ""  # pip extra that installs what the adapter needs
+    llama_style_only: bool = False  # its translation covers RMSNorm / RoPE / SwiGLU decoders without linear biases
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {}
@@ -38,7 +39,9 @@ for _name, _desc in (
     ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment"),
     ("torchtitan", "torchtitan train with config overrides"),
 ):
-    register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc))
+    register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True))
+
+LLAMA_STYLE = {"norm": "rmsnorm", "mlp": "swiglu", "position_embedding": "rope", "linear_bias": False}
 
 
 def problem_with(name: str) -> Optional[str]:
@@ -46,3 +49,18 @@ def problem_with(name: str) -> Optional[str]:
     if name in FRAMEWORKS:
         return None
     return f"framework.name={name}: unknown backend; known: {', '.join(sorted(FRAMEWORKS))}"
+
+
+def model_problem(name: str, model) -> Optional[str]:
+    """Why framework ``name`` cannot train ``model`` (a ``ModelConf``): the external translations cover
+    Llama-style decoders only, and a GPT-2 style model is refused by name rather than translated wrongly."""
+    info = FRAMEWORKS.get(name)
+    if info is None or not info.llama_style_only:
+        return None
+    other = {k: getattr(model, k) for k, v in LLAMA_STYLE.items() if getattr(model, k) != v}
+    if not other:
+        return None
+    said = ", ".join(f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in other.items())
+    return (f"model.name={model.name} ({said}): framework={name} is translated for Llama-style decoders (RMSNorm, "
+            "RoPE, SwiGLU, no linear biases) only; train it with framework=native, transformers or deepspeed")
+

@@ -26,11 +26,13 @@ An estimate for planning (will it fit?), not a measurement. Assumptions, stated 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tprimat.spec.flops import dims, heaviest_stage_params
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec import flops
+from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
+from tprimat.spec.schema import TprimatConf, ac_period, padded_vocab
 
 GIB = 2**30
 BF16_MODEL_COPY_FRAMEWORKS = ("megatron", "nemo", "primus")
@@ -83,30 +85,45 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Option
     tokens = tr.micro_batch_size * tr.seq_length / par.cp
     half = 4 if tr.precision == "fp32" else 2
     seq_shard = par.tp if par.sequence_parallel else 1
-    norms = 2 * 2 * d.hidden * 4  # two RMSNorms: fp32 input and normalised output
-    copies = 3 + 2 if autocasts(spec) else 2  # the attention and FFN inputs, cast per linear under autocast
+    if spec.model.norm == "layernorm":  # two LayerNorms keep their input: the fp32 residual stream under autocast
+        norms = 2 * d.hidden * (4 if autocasts(spec) else half)
+    else:  # two RMSNorms (computed in fp32): fp32 input and normalised output
+        norms = 2 * 2 * d.hidden * 4
+    ffn_inputs = mlp_matrices(spec.model) - 1  # gate and up (SwiGLU), up (GELU)
+    copies = 3 + ffn_inputs if autocasts(spec) else 2  # the attention and FFN inputs, cast per linear under autocast
     gathered = copies * d.hidden * half  # in the compute dtype (full sequence under SP: gathered)
-    split = (2 * d.q_size + 2 * d.kv_size + 4 * d.ffn) * half  # rotated q/k, v, attention out, SwiGLU
+    ffn_saved = 4 if spec.model.mlp == "swiglu" else 2  # gate, up, silu(gate), product | up, gelu(up)
+    split = (2 * d.q_size + 2 * d.kv_size + ffn_saved * d.ffn) * half  # (rotated) q/k, v, attention out, MLP
     per_layer_token = norms / seq_shard + gathered + split / par.tp
     layers = d.layers / par.pp
     full_layer = tokens * per_layer_token
     input_only = tokens * d.hidden * 4 / seq_shard
-    mode = tr.activation_checkpointing
-    if mode == "full":
-        per_micro = layers * input_only + full_layer
-    elif mode == "selective":  # every other layer recomputed
-        per_micro = (layers / 2) * (full_layer + input_only) + full_layer
-    else:
-        per_micro = layers * full_layer
+    recomputed = recomputed_layers(spec, layers)
+    per_micro = recomputed * input_only + (layers - recomputed) * full_layer
     if in_flight is None:
         in_flight = 1
         if par.pp > 1:
             in_flight = min(par.pp, grad_accum_steps) if par.pp_schedule == "1f1b" else grad_accum_steps
-    return per_micro * in_flight + logits_bytes(spec, tokens, half) + autocast_cache_bytes(spec)
+    # The backward's transient peak: the loss's logits at its start, or, later, one recomputed layer (its
+    # activations and autocast weight copies), whichever is larger; the logits are freed before any recompute.
+    layer_cache = flops.layer_params(spec.model) / par.tp * 2 if autocasts(spec) else 0.0
+    transient = max(logits_bytes(spec, tokens, half), full_layer + layer_cache if recomputed else 0.0)
+    return per_micro * in_flight + transient + autocast_cache_bytes(spec) - recomputed * layer_cache
+
+
+def recomputed_layers(spec: TprimatConf, layers: float) -> float:
+    """Layers of the heaviest stage whose activations are recomputed: all (full), every k-th from the first
+    (selective, ``training.ac_frequency``), none."""
+    mode = spec.training.activation_checkpointing
+    if mode == "full":
+        return layers
+    if mode == "selective":
+        return math.ceil(layers / ac_period(spec.training.ac_frequency))
+    return 0
 
 
 def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
-    tp, vocab = spec.parallelism.tp, spec.model.vocab_size
+    tp, vocab = spec.parallelism.tp, padded_vocab(spec.model)
     shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
     return tokens * vocab * (half + 12) / shard
 
@@ -119,6 +136,7 @@ def autocasts(spec: TprimatConf) -> bool:
 
 
 def autocast_cache_bytes(spec: TprimatConf) -> float:
-    """bf16 copies of the local weights that autocast casts in the forward and keeps for the backward."""
+    """bf16 copies of the local weights that autocast casts in the forward and keeps for the backward (a
+    recomputed layer's copies are made again in the backward: ``activation_bytes`` takes those off)."""
     par = spec.parallelism
     return heaviest_stage_params(spec.model, par.pp) / par.tp * 2 if autocasts(spec) else 0.0

@@ -8,7 +8,7 @@ from typing import Optional
 from tprimat.spec import flops, memory
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.hardware import lookup
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, padded_vocab
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Plan:
     flops_per_step: float
     params_total: int
     params_non_embedding: int
+    vocab_size_padded: int  # embedding and output rows (model.vocab_size rounded up to model.vocab_pad_multiple)
     memory: memory.MemoryEstimate
     device_memory_gib: Optional[float]  # capacity the estimate is checked against; None when unknown
     device_memory_source: str
@@ -42,7 +43,8 @@ class Plan:
             "tokens_per_step": self.tokens_per_step, "flops_per_token": self.flops_per_token,
             "flops_convention": self.flops_convention, "flops_per_step": self.flops_per_step,
             "params_total": self.params_total, "params_non_embedding": self.params_non_embedding,
-            "memory_estimate_gib": self.memory.total_gib, "memory_estimate_breakdown": self.memory.as_dict(),
+            "vocab_size_padded": self.vocab_size_padded, "memory_estimate_gib": self.memory.total_gib,
+            "memory_estimate_breakdown": self.memory.as_dict(),
             "device_memory_gib": self.device_memory_gib, "device_memory_source": self.device_memory_source,
             "peak_tflops": self.peak_tflops, "peak_source": self.peak_source,
             "backend": self.backend, "backend_description": self.backend_description,
@@ -97,5 +99,6 @@ def make_plan(spec: TprimatConf, hw: DetectedHardware) -> Plan:
     capacity, capacity_source = device_memory(spec, hw)
     peak_tflops, peak_source, warnings = peak(spec)
     return Plan(world_size(spec), dp, par.tp, par.pp, par.cp, accum, tr.global_batch_size, tokens, per_token,
-                flops.CANONICAL, per_token * tokens, total, non_embedding, memory.estimate(spec, dp, accum),
+                flops.CANONICAL, per_token * tokens, total, non_embedding, padded_vocab(spec.model),
+                memory.estimate(spec, dp, accum),
                 capacity, capacity_source, peak_tflops, peak_source, warnings=tuple(warnings))

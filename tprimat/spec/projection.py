@@ -28,7 +28,7 @@ from typing import Optional
 
 from tprimat.spec import flops, hardware
 from tprimat.spec.memory import state_bytes_per_param
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, ac_period
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
 FLASH_NOTE = "attention at the BF16 matmul ceiling (flash kernels reach less: an optimistic bound)"
@@ -172,6 +172,14 @@ class Micro:
     layers: int
 
 
+def selective_recompute_s(spec: TprimatConf, layer_f: float, attention_f: float) -> float:
+    """The forward recomputed per layer under selective recompute: the native backend recomputes every k-th
+    layer whole (``training.ac_frequency``), Megatron-style frameworks the core attention."""
+    if spec.framework.name in ("native", "deepspeed"):
+        return layer_f / ac_period(spec.training.ac_frequency)
+    return attention_f
+
+
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
     par, recompute = spec.parallelism, spec.training.activation_checkpointing
     scale, attn = 1 / par.tp, par.cp / par.tp
@@ -179,7 +187,8 @@ def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
     layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn)
     attention_f = phase_s([o for o in work.ops("layer", "fwd") if o.kind == "attention"], c, scale, attn)
     layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn)
-    extra_f = layer_f if recompute == "full" else attention_f if recompute == "selective" else 0.0
+    extra_f = layer_f if recompute == "full" else selective_recompute_s(spec, layer_f, attention_f) \
+        if recompute == "selective" else 0.0
     head = phase_s(work.ops("head", "fwd") + work.ops("head", "bwd"), c, scale)
     embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
     return Micro(layers * (layer_f + extra_f + layer_b) + head + embedding, attention_f, layer_b, layers)

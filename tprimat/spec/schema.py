@@ -60,7 +60,7 @@ class PlatformConf(Freezable):
 @dataclass
 class ModelConf(Freezable):
     name: str = MISSING
-    family: str = MISSING  # llama | qwen2 | mistral
+    family: str = MISSING  # llama | qwen2 | mistral | gpt2
     num_layers: int = MISSING
     hidden_size: int = MISSING
     ffn_hidden_size: int = MISSING
@@ -75,10 +75,35 @@ class ModelConf(Freezable):
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_position: int = 8192
-    rms_norm_eps: float = 1e-5
+    rms_norm_eps: float = 1e-5  # the norm's epsilon (RMSNorm or LayerNorm)
     qkv_bias: bool = False
     tie_embeddings: bool = False
+    norm: str = "rmsnorm"  # rmsnorm | layernorm (GPT-2)
+    mlp: str = "swiglu"  # swiglu (gated: gate, up, down) | gelu (GPT-2: up, GELU, down)
+    position_embedding: str = "rope"  # rope | learned (GPT-2: a trained table of max_position_embeddings rows)
+    linear_bias: bool = False  # every linear layer but the output head carries a bias (GPT-2)
+    vocab_pad_multiple: int = 1  # embedding and output rows rounded up to a multiple of this (GPT-2: 64)
     reference: str = ""  # where the architecture numbers come from (e.g. the HF config.json)
+
+
+def ac_period(value) -> Optional[int]:
+    """``training.ac_frequency`` as k (every k-th layer recomputed): an integer k >= 1 or the text "1/k" or "k";
+    None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 1 else None
+    text = str(value).strip().replace(" ", "")
+    if text.startswith("1/"):
+        text = text[2:]
+    return int(text) if text.isdigit() and int(text) >= 1 else None
+
+
+def padded_vocab(model: ModelConf) -> int:
+    """Rows of the embedding and the output head: ``vocab_size`` rounded up to ``vocab_pad_multiple`` (the
+    extra rows are never a target; Megatron's ``make_vocab_size_divisible_by``)."""
+    multiple = max(1, model.vocab_pad_multiple)
+    return -(-model.vocab_size // multiple) * multiple
 
 
 def head_dim_of(model: ModelConf) -> int:
@@ -131,6 +156,15 @@ class OptimizerConf(Freezable):
 
 
 @dataclass
+class Fp8Conf(Freezable):
+    """How fp8 GEMMs are scaled (training.precision=fp8): torchao float8 ``tensorwise`` (one dynamic scale per
+    tensor) or ``rowwise`` (per row); Transformer Engine ``delayed`` (amax history) or ``current`` (per-tensor
+    current scaling), where transformer_engine is installed."""
+
+    recipe: str = "tensorwise"
+
+
+@dataclass
 class TrainingConf(Freezable):
     global_batch_size: int = MISSING
     micro_batch_size: int = MISSING
@@ -139,7 +173,10 @@ class TrainingConf(Freezable):
     optimizer: OptimizerConf = field(default_factory=OptimizerConf)
     precision: str = "bf16"  # bf16 | fp32 | fp8
     activation_checkpointing: str = "none"  # none | full | selective
+    ac_frequency: Any = 2  # selective: every k-th layer recomputed; an integer k or "1/k" (2 = every other layer)
     compile: bool = False
+    compile_mode: str = "default"  # torch.compile mode: default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
+    fp8: Fp8Conf = field(default_factory=Fp8Conf)
     seed: int = 1234
 
 

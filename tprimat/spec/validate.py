@@ -9,19 +9,25 @@ from __future__ import annotations
 from typing import Optional
 
 from tprimat.spec import memory
+from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get, incompatible
 from tprimat.spec.detect import DetectedHardware
-from tprimat.spec.frameworks import problem_with
+from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.plan import derived_dp, device_memory, world_size
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, ac_period
 
 CHOICES = {
     "platform.name": ("cpu", "nvidia", "amd"),
-    "model.family": ("llama", "qwen2", "mistral"),
+    "model.family": ("llama", "qwen2", "mistral", "gpt2"),
+    "model.norm": ("rmsnorm", "layernorm"),
+    "model.mlp": ("swiglu", "gelu"),
+    "model.position_embedding": ("rope", "learned"),
     "methodology.name": ("maximum_performance", "identical_config"),
     "parallelism.pp_schedule": ("gpipe", "1f1b"),
     "training.precision": ("bf16", "fp32", "fp8"),
     "training.activation_checkpointing": ("none", "full", "selective"),
+    "training.compile_mode": COMPILE_MODES,
+    "training.fp8.recipe": (*TORCHAO_RECIPES, *TE_RECIPES),
     "training.optimizer.name": ("adamw",),
     "logging.wandb.mode": ("offline", "online", "disabled"),
 }
@@ -31,7 +37,7 @@ POSITIVE = (
     "parallelism.dp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
     "training.max_steps", "benchmark.repeats", "logging.log_every_steps", "model.num_layers",
     "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_kv_heads",
-    "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
+    "model.head_dim", "model.vocab_size", "model.max_position_embeddings", "model.vocab_pad_multiple",
 )
 POSITIVE_REAL = ("training.optimizer.eps", "model.rope_theta", "model.rms_norm_eps", "model.rope_low_freq_factor",
                  "model.rope_high_freq_factor", "model.rope_scaling_factor", "platform.price_per_device_hour_usd",
@@ -41,19 +47,30 @@ NON_NEGATIVE = ("benchmark.warmup_steps", "training.optimizer.warmup_steps", "tr
                 "training.optimizer.grad_clip", "training.optimizer.min_lr")
 
 
-def get(spec: TprimatConf, key: str):
-    node = spec
-    for part in key.split("."):
-        node = getattr(node, part)
-    return node
-
-
 def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> list[str]:
     problems = check_choices(spec) + check_ranges(spec)
     if problems:  # the cross-field rules below divide by these values
         return problems
     return (check_layout(spec) + check_batch(spec) + check_model(spec) + check_schedule(spec)
-            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_memory(spec, hw))
+            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_options(spec) + check_memory(spec, hw))
+
+
+def check_options(spec: TprimatConf) -> list[str]:
+    """The optimisation options: each one's own rule, then the compatibility table (``tprimat.spec.compat``)."""
+    tr, problems = spec.training, []
+    if tr.compile_mode != "default" and not tr.compile:
+        problems.append(f"training.compile_mode={tr.compile_mode}, training.compile=false: a compile mode needs "
+                        "training.compile=true")
+    if tr.fp8.recipe != "tensorwise" and tr.precision != "fp8":
+        problems.append(f"training.fp8.recipe={tr.fp8.recipe}, training.precision={tr.precision}: an fp8 recipe needs "
+                        "training.precision=fp8")
+    if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
+        problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
+                        "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")
+    elif tr.activation_checkpointing != "selective" and ac_period(tr.ac_frequency) != 2:
+        problems.append(f"training.ac_frequency={tr.ac_frequency}, training.activation_checkpointing="
+                        f"{tr.activation_checkpointing}: a recompute frequency needs activation_checkpointing=selective")
+    return problems + incompatible(spec, derived_dp(spec))
 
 
 def check_choices(spec: TprimatConf) -> list[str]:
@@ -61,6 +78,9 @@ def check_choices(spec: TprimatConf) -> list[str]:
                 for key, options in CHOICES.items() if get(spec, key) not in options]
     if spec.dry_run not in DRY_RUN:
         problems.append(f"dry_run={spec.dry_run}: must be one of true, false, deep")
+    if ac_period(spec.training.ac_frequency) is None:
+        problems.append(f"training.ac_frequency={spec.training.ac_frequency}: must be an integer k >= 1 or \"1/k\" "
+                        "(every k-th layer recomputed under activation_checkpointing=selective)")
     framework = problem_with(spec.framework.name)
     return problems + ([framework] if framework else [])
 
@@ -138,6 +158,8 @@ def check_model(spec: TprimatConf) -> list[str]:
     if tr.seq_length > m.max_position_embeddings:
         problems.append(f"training.seq_length={tr.seq_length}, model.max_position_embeddings="
                         f"{m.max_position_embeddings}: seq_length must not exceed the model's context")
+    if (unsupported := model_problem(spec.framework.name, m)):
+        problems.append(unsupported)
     return problems
 
 

@@ -26,7 +26,7 @@ from tprimat.backends.common import (
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.parallelize import apply_activation_checkpointing
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, ac_period
 
 
 def ds_config(spec: TprimatConf, plan: Plan) -> dict:
@@ -57,7 +57,7 @@ class DeepSpeedTrainer:
         torch.manual_seed(tr.seed)
         with torch.device(device):
             model = Decoder(spec.model, tr.seed)
-        apply_activation_checkpointing(model, tr.activation_checkpointing)
+        apply_activation_checkpointing(model, tr.activation_checkpointing, ac_period(tr.ac_frequency))
         self.config = ds_config(spec, plan)
         schedule = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
             optimizer, lambda s: lr_at(s, tr) / tr.optimizer.lr)

@@ -181,3 +181,4 @@ def _kill_group(proc: subprocess.Popen) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+

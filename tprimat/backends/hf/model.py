@@ -1,13 +1,14 @@
-"""Build LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM from tprimat's model config (no download)."""
+"""Build LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM / GPT2LMHeadModel from tprimat's model config
+(no download)."""
 
 from __future__ import annotations
 
 import inspect
 
-from tprimat.spec.schema import ModelConf, head_dim_of
+from tprimat.spec.schema import ModelConf, head_dim_of, padded_vocab
 
 CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-           "mistral": ("MistralConfig", "MistralForCausalLM")}
+           "mistral": ("MistralConfig", "MistralForCausalLM"), "gpt2": ("GPT2Config", "GPT2LMHeadModel")}
 
 
 def rope_settings(cfg: ModelConf, config_cls) -> dict:
@@ -21,10 +22,21 @@ def rope_settings(cfg: ModelConf, config_cls) -> dict:
     return {"rope_theta": cfg.rope_theta, "rope_scaling": scaling}
 
 
+def gpt2_config(cfg: ModelConf, config_cls):
+    """GPT-2 with the padded vocabulary (as the native model: the GEMM-friendly rows, never a target)."""
+    return config_cls(vocab_size=padded_vocab(cfg), n_positions=cfg.max_position_embeddings, n_embd=cfg.hidden_size,
+                      n_layer=cfg.num_layers, n_head=cfg.num_attention_heads, n_inner=cfg.ffn_hidden_size,
+                      activation_function="gelu_new", layer_norm_epsilon=cfg.rms_norm_eps, initializer_range=0.02,
+                      tie_word_embeddings=cfg.tie_embeddings, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      use_cache=False)
+
+
 def hf_config(cfg: ModelConf):
     import transformers
 
     config_cls = getattr(transformers, CLASSES[cfg.family][0])
+    if cfg.family == "gpt2":
+        return gpt2_config(cfg, config_cls)
     kwargs = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.ffn_hidden_size,
                   num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_attention_heads,
                   num_key_value_heads=cfg.num_kv_heads, head_dim=head_dim_of(cfg),

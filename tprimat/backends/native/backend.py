@@ -9,6 +9,7 @@ import torch
 from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.common import measure_steps, pick_device, run_repeats
 from tprimat.backends.native.train import NativeTrainer
+from tprimat.spec.compat import TE_RECIPES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -42,7 +43,15 @@ class NativeBackend(Backend):
         if plan.pp > 1 and plan.grad_accum_steps < plan.pp:
             problems.append(f"parallelism.pp={plan.pp}, grad_accum_steps={plan.grad_accum_steps}: a pipeline needs at "
                             "least pp micro batches per step (raise global_batch_size or lower micro_batch_size)")
-        if spec.training.precision == "fp8" and importlib.util.find_spec("torchao") is None:
+        if spec.model.position_embedding == "learned" and plan.tp > 1 and par.sequence_parallel:
+            problems.append("model.position_embedding=learned, parallelism.sequence_parallel=true: framework=native "
+                            "adds the learned positions to the full sequence; use sequence_parallel=false")
+        if spec.training.precision == "fp8" and spec.training.fp8.recipe in TE_RECIPES:
+            te = "installed" if importlib.util.find_spec("transformer_engine") else "not installed"
+            problems.append(f"training.fp8.recipe={spec.training.fp8.recipe}: framework=native trains fp8 through torchao "
+                            f"(recipes tensorwise, rowwise); Transformer Engine's recipes (transformer_engine: {te}) "
+                            "are not wired into it")
+        elif spec.training.precision == "fp8" and importlib.util.find_spec("torchao") is None:
             problems.append("training.precision=fp8: framework=native trains fp8 through torchao float8, which is "
                             "not installed (pip install torchao)")
         return problems

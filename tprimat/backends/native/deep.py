@@ -76,8 +76,9 @@ def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tu
     from tprimat.backends.native.model import Decoder
     from tprimat.backends.native.parallelize import parallelize
     from tprimat.spec.build import build_spec, spec_to_dict
+    from tprimat.spec.schema import ac_period
 
-    period = 2 if spec.training.activation_checkpointing == "selective" else 1
+    period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
     layers = spec.model.num_layers // layout.pp
     shallow, deeper = depths or (period, 2 * period)
     peaks = []

@@ -1,7 +1,9 @@
-"""A Llama / Qwen2 / Mistral decoder in plain PyTorch.
+"""A Llama / Qwen2 / Mistral / GPT-2 decoder in plain PyTorch.
 
 RMSNorm, rotary embeddings (with Llama 3.1 frequency scaling), grouped-query attention through
-``scaled_dot_product_attention``, SwiGLU MLP, optional QKV bias (Qwen2), tied or untied embeddings.
+``scaled_dot_product_attention``, SwiGLU MLP, optional QKV bias (Qwen2), tied or untied embeddings; for GPT-2
+(``model.norm=layernorm``, ``mlp=gelu``, ``position_embedding=learned``, ``linear_bias=true``) LayerNorm, a
+learned position table, a GELU MLP and biases, under the same module names, so that every layout applies alike.
 This file holds only the model; how it is wrapped (checkpointing, compile, sharding) is parallelize.py.
 """
 
@@ -14,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tprimat.backends.native.init import initial_value
-from tprimat.spec.schema import ModelConf, head_dim_of
+from tprimat.spec.schema import ModelConf, head_dim_of, padded_vocab
 
 
 class RMSNorm(nn.Module):
@@ -27,6 +29,12 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).type_as(x)
+
+
+def make_norm(cfg: ModelConf) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+    return RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
 def rope_frequencies(cfg: ModelConf, head_dim: int) -> torch.Tensor:
@@ -61,10 +69,11 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConf, head_dim: int):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_kv_heads, head_dim
-        self.wq = nn.Linear(cfg.hidden_size, self.n_heads * head_dim, bias=cfg.qkv_bias)
-        self.wk = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=cfg.qkv_bias)
-        self.wv = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=cfg.qkv_bias)
-        self.wo = nn.Linear(self.n_heads * head_dim, cfg.hidden_size, bias=False)
+        qkv_bias = cfg.qkv_bias or cfg.linear_bias
+        self.wq = nn.Linear(cfg.hidden_size, self.n_heads * head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=qkv_bias)
+        self.wv = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=qkv_bias)
+        self.wo = nn.Linear(self.n_heads * head_dim, cfg.hidden_size, bias=cfg.linear_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         bsz, seq, _ = x.shape
@@ -72,28 +81,35 @@ class Attention(nn.Module):
         q = self.wq(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cos is not None:  # rotary positions (learned positions were added to the embeddings)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
 
 
 class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x); GELU (GPT-2, tanh approximation): w2(gelu(w1 x))."""
+
     def __init__(self, cfg: ModelConf):
         super().__init__()
-        self.w1 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=False)  # gate
-        self.w3 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=False)  # up
-        self.w2 = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=False)  # down
+        self.gated = cfg.mlp == "swiglu"
+        self.w1 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.linear_bias)  # gate (SwiGLU) | up
+        if self.gated:
+            self.w3 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.linear_bias)  # up
+        self.w2 = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=cfg.linear_bias)  # down
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        if self.gated:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
 
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConf, head_dim: int):
         super().__init__()
-        self.attention_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attention_norm = make_norm(cfg)
         self.attention = Attention(cfg, head_dim)
-        self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.ffn_norm = make_norm(cfg)
         self.feed_forward = FeedForward(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -106,11 +122,14 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         head_dim = head_dim_of(cfg)
-        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.tok_embeddings = nn.Embedding(padded_vocab(cfg), cfg.hidden_size)
+        self.learned_positions = cfg.position_embedding == "learned"
+        self.pos_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) \
+            if self.learned_positions else None
         # A dict keyed by layer index keeps parameter names stable when pipeline stages drop layers.
         self.layers = nn.ModuleDict({str(i): Block(cfg, head_dim) for i in range(cfg.num_layers)})
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.output = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.norm = make_norm(cfg)
+        self.output = nn.Linear(cfg.hidden_size, padded_vocab(cfg), bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         self.register_buffer("inv_freq", rope_frequencies(cfg, head_dim), persistent=False)
@@ -126,8 +145,10 @@ class Decoder(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without embeddings takes hidden states instead, and one
         without the output head returns hidden states (parallelize.py removes those modules)."""
-        cos, sin = rope_cache(self.inv_freq, tokens.shape[1])
+        cos, sin = (None, None) if self.learned_positions else rope_cache(self.inv_freq, tokens.shape[1])
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        if self.pos_embeddings is not None:
+            h = h + self.pos_embeddings(torch.arange(tokens.shape[1], device=tokens.device))
         for layer in self.layers.values():
             h = layer(h, cos, sin)
         if self.output is None:

@@ -79,7 +79,8 @@ def trace_work(spec: TprimatConf) -> Work:
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from tprimat.backends.native.model import Block, RMSNorm, head_dim_of, rope_cache, rope_frequencies
+    from tprimat.backends.native.model import Block, head_dim_of, make_norm, rope_cache, rope_frequencies
+    from tprimat.spec.schema import padded_vocab
 
     cfg, tr = spec.model, spec.training
     # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
@@ -88,20 +89,21 @@ def trace_work(spec: TprimatConf) -> Work:
     dtype = torch.float32 if tr.precision == "fp32" or autocast else torch.bfloat16
     cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
+    vocab = padded_vocab(cfg)
     with torch.device("meta"):
         block = Block(cfg, head_dim_of(cfg)).to(dtype)
-        norm, output = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps).to(dtype), \
-            torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(dtype)
-        embedding = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size).to(dtype)
+        norm, output = make_norm(cfg).to(dtype), torch.nn.Linear(cfg.hidden_size, vocab, bias=False).to(dtype)
+        embedding = torch.nn.Embedding(vocab, cfg.hidden_size).to(dtype)
     parts: dict = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in (block, norm, output, embedding):
             module.to_empty(device="cpu")
-        cos, sin = rope_cache(rope_frequencies(cfg, head_dim_of(cfg)), tokens[1])
+        cos, sin = (None, None) if cfg.position_embedding == "learned" else \
+            rope_cache(rope_frequencies(cfg, head_dim_of(cfg)), tokens[1])
         x = torch.randn(*tokens, cfg.hidden_size, dtype=dtype, requires_grad=True)
         parts["layer"] = traced(lambda: block(x, cos, sin), cast)
         targets = torch.randint(0, cfg.vocab_size, tokens)
-        parts["head"] = traced(lambda: F.cross_entropy(output(norm(x)).float().reshape(-1, cfg.vocab_size),
+        parts["head"] = traced(lambda: F.cross_entropy(output(norm(x)).float().reshape(-1, vocab),
                                                        targets.reshape(-1)), cast)
         ids = torch.randint(0, cfg.vocab_size, tokens)
         parts["embedding"] = traced(lambda: embedding(ids), cast)

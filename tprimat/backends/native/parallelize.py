@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tprimat.backends.native.init import materialize
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, ac_period
 
 
 @dataclass
@@ -62,7 +62,7 @@ def split_pipeline_stage(model: nn.Module, layout: Layout) -> None:
     for name in [n for n in model.layers if n not in keep]:
         del model.layers[name]
     if not layout.first_stage:
-        model.tok_embeddings = None
+        model.tok_embeddings = model.pos_embeddings = None
     if not layout.last_stage:
         model.norm = None
         model.output = None
@@ -92,9 +92,10 @@ def apply_tensor_parallel(model: nn.Module, layout: Layout, sequence_parallel: b
         plan = {
             "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
             "attention.wo": RowwiseParallel(output_layouts=seq),
-            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=seq),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=seq),
         }
+        if block.feed_forward.gated:
+            plan["feed_forward.w3"] = ColwiseParallel()
         if sequence_parallel:
             plan.update({
                 "attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
@@ -116,20 +117,22 @@ class Checkpointed(nn.Module):
         return checkpoint(self.block, *args, use_reentrant=False)
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
-    """``full``: every block; ``selective``: every other block (torchtitan's layer-selective option)."""
+def apply_activation_checkpointing(model: nn.Module, mode: str, every_k: int = 2) -> None:
+    """``full``: every block; ``selective``: every ``every_k``-th block (``training.ac_frequency``; torchtitan's
+    layer-selective option)."""
     if mode == "none":
         return
-    every = 1 if mode == "full" else 2
+    every = 1 if mode == "full" else every_k
     for name in list(model.layers):
         if int(name) % every == 0:
             model.layers[name] = Checkpointed(model.layers[name])
 
 
-def apply_compile(model: nn.Module) -> None:
-    """Compile each block separately (as torchtitan does): the same code is reused by every layer."""
+def apply_compile(model: nn.Module, mode: str = "default") -> None:
+    """Compile each block separately (as torchtitan does): the same code is reused by every layer. ``mode``:
+    torch.compile's (``training.compile_mode``)."""
     for name in list(model.layers):
-        model.layers[name] = torch.compile(model.layers[name])
+        model.layers[name] = torch.compile(model.layers[name], mode=None if mode == "default" else mode)
 
 
 def apply_fsdp(model: nn.Module, layout: Layout, precision: str) -> None:
@@ -150,11 +153,13 @@ def apply_ddp(model: nn.Module, layout: Layout, device: torch.device) -> nn.Modu
                                    process_group=layout.group("dp"))
 
 
-def apply_float8(model: nn.Module) -> None:
-    """fp8 GEMMs through torchao float8 training (dynamic scaling); the output projection stays bf16."""
-    from torchao.float8 import convert_to_float8_training
+def apply_float8(model: nn.Module, recipe: str = "tensorwise") -> None:
+    """fp8 GEMMs through torchao float8 training with dynamic scaling, per tensor (``tensorwise``) or per row
+    (``rowwise``, ``training.fp8.recipe``); the output projection stays bf16."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    convert_to_float8_training(model, module_filter_fn=lambda module, fqn: fqn != "output")
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=lambda module, fqn: fqn != "output")
 
 
 def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: torch.device,
@@ -165,12 +170,12 @@ def parallelize(model: nn.Module, spec: TprimatConf, layout: Layout, device: tor
     if layout.pp > 1:
         split_pipeline_stage(model, layout)
     if tr.precision == "fp8":
-        apply_float8(model)
+        apply_float8(model, tr.fp8.recipe)
     if layout.tp > 1:
         apply_tensor_parallel(model, layout, par.sequence_parallel)
-    apply_activation_checkpointing(model, tr.activation_checkpointing)
+    apply_activation_checkpointing(model, tr.activation_checkpointing, ac_period(tr.ac_frequency))
     if tr.compile:
-        apply_compile(model)
+        apply_compile(model, tr.compile_mode)
     fsdp = par.fsdp and layout.mesh is not None
     if fsdp:
         apply_fsdp(model, layout, tr.precision)

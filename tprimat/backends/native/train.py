@@ -116,7 +116,8 @@ class NativeTrainer:
                 "precision": self.probe.precision(self.model),
                 "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
                            "fsdp": isinstance(self.model, FSDPModule),
-                           "ddp": isinstance(self.model, DistributedDataParallel)}}
+                           "ddp": isinstance(self.model, DistributedDataParallel)},
+                **optimisations(self.model)}
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
@@ -156,3 +157,16 @@ class ComputeProbe:
         if any(type(m).__name__ == "Float8Linear" for m in model.modules()):
             return "fp8"
         return {torch.bfloat16: "bf16", torch.float32: "fp32", None: None}.get(self.dtype, str(self.dtype))
+
+
+def optimisations(model: nn.Module) -> dict:
+    """The optimisation matrix as the live model holds it: which layers recompute, how many blocks are compiled,
+    the float8 linears' weight scaling (tensorwise, or axiswise for the rowwise recipe)."""
+    from tprimat.backends.native.parallelize import Checkpointed
+
+    modules = list(model.modules())
+    float8 = next((m for m in modules if type(m).__name__ == "Float8Linear"), None)
+    return {"recomputed_layers": sum(isinstance(m, Checkpointed) for m in modules),
+            "compiled_layers": sum(type(m).__name__ == "OptimizedModule" for m in modules),
+            "fp8_scaling": float8.config.cast_config_weight.scaling_granularity.value if float8 is not None else None}
+

@@ -1,0 +1,145 @@
+"""The optimisation matrix as config: compile modes, fp8 recipes, selective recompute at a frequency, each
+validated on its own and against the compatibility table, and each supported one run for real on CPU where the
+CPU can (compile through inductor's CPU backend, fp8 through torchao's emulation, recompute anywhere)."""
+
+import pytest
+import torch
+
+from tests.conftest import QUICK, run_inprocess
+from tprimat.compose import compose
+from tprimat.spec.build import build_spec
+from tprimat.spec.compat import RULES, table
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.schema import ac_period
+from tprimat.spec.validate import validate
+
+H100 = DetectedHardware("cpu", "planning host", 1, 0.0, None)
+GPU = ["platform=nvidia", "platform.gpu=h100", "model=gpt2", "logging.wandb.mode=disabled"]
+
+
+def problems(*overrides):
+    return validate(build_spec(compose([*GPU, *overrides]), H100), H100, dry_run=True)
+
+
+@pytest.mark.parametrize("text,k", [(1, 1), (4, 4), ("1/4", 4), ("1/2", 2), (" 1 / 3 ", 3), ("6", 6)])
+def test_ac_frequency_takes_an_integer_or_one_over_k(text, k):
+    assert ac_period(text) == k
+
+
+@pytest.mark.parametrize("bad", [0, -2, "1/0", "2/3", "abc", "0.5", True])
+def test_a_bad_ac_frequency_names_the_key_and_the_rule(bad):
+    (line,) = [p for p in problems("training.activation_checkpointing=selective", f"training.ac_frequency={bad}")
+               if p.startswith("training.ac_frequency")]
+    assert 'must be an integer k >= 1 or "1/k"' in line
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["training.compile=true", "training.compile_mode=reduce-overhead", "platform.devices_per_node=2",
+      "parallelism.fsdp=true"],
+     "training.compile=true, training.compile_mode=reduce-overhead with parallelism.fsdp=true: not supported (fsdp)"),
+    (["training.compile=true", "training.compile_mode=max-autotune", "platform.devices_per_node=2", "parallelism.tp=2",
+      "model.num_attention_heads=12"],
+     "training.compile=true, training.compile_mode=max-autotune with parallelism.tp=2: not supported (tp)"),
+    (["training.compile=true", "training.compile_mode=reduce-overhead", "platform.devices_per_node=2",
+      "parallelism.pp=2", "model.tie_embeddings=false", "training.micro_batch_size=1"],
+     "with parallelism.pp=2: not supported (pp): CUDA graphs capture no pipeline sends and receives"),
+    (["training.compile=true", "training.precision=fp8", "training.fp8.recipe=delayed"],
+     "training.compile=true with training.precision=fp8, training.fp8.recipe=delayed: not supported (every strategy)"),
+    (["training.activation_checkpointing=selective", "training.precision=fp8", "training.fp8.recipe=current"],
+     "training.activation_checkpointing=selective with training.precision=fp8, training.fp8.recipe=current: not "
+     "supported (every strategy)"),
+    (["training.compile_mode=max-autotune"], "training.compile_mode=max-autotune, training.compile=false: a compile "
+                                             "mode needs training.compile=true"),
+    (["training.fp8.recipe=rowwise"], "training.fp8.recipe=rowwise, training.precision=bf16: an fp8 recipe needs "
+                                      "training.precision=fp8"),
+    (["training.ac_frequency=1/4", "training.activation_checkpointing=none"],
+     "a recompute frequency needs activation_checkpointing=selective"),
+    (["framework=megatron", "model=llama", "training.activation_checkpointing=selective", "training.ac_frequency=4"],
+     "training.ac_frequency=4, framework.name=megatron: only framework=native and deepspeed recompute every k-th"),
+    (["training.compile=true", "training.compile_mode=bogus"], "training.compile_mode=bogus: must be one of default, "
+                                                               "reduce-overhead, max-autotune, max-autotune-no-cudagraphs"),
+], ids=["graphs+fsdp", "graphs+tp", "graphs+pp", "compile+te", "selective+te", "mode-alone", "recipe-alone",
+        "frequency-alone", "frequency-external", "unknown-mode"])
+def test_incompatible_options_are_refused_naming_both(overrides, expected):
+    found = problems(*overrides)
+    assert any(expected in p for p in found), found
+
+
+@pytest.mark.parametrize("overrides", [
+    ["training.compile=true", "training.compile_mode=reduce-overhead", "parallelism.fsdp=false",
+     "platform.devices_per_node=1"],  # one device (H100's tuned layout is FSDP)
+    ["training.compile=true", "training.compile_mode=reduce-overhead", "platform.devices_per_node=2",
+     "parallelism.fsdp=false"],  # DDP
+    ["training.compile=true", "training.compile_mode=max-autotune-no-cudagraphs", "platform.devices_per_node=2",
+     "parallelism.fsdp=true"],
+    ["training.compile=true", "training.precision=fp8", "training.fp8.recipe=rowwise"],  # torchao composes
+    ["training.activation_checkpointing=selective", "training.ac_frequency=1/4", "training.precision=fp8",
+     "platform.devices_per_node=2", "parallelism.tp=2", "model.num_attention_heads=12"],
+], ids=["graphs-single", "graphs-ddp", "no-graphs-fsdp", "compile+torchao", "selective+torchao+tp"])
+def test_supported_combinations_validate(overrides):
+    assert problems(*overrides) == []
+
+
+def test_the_table_is_the_data_validation_applies():
+    rows = table()
+    assert len(rows) == len(RULES) and all(len(row) == 4 and row[3] for row in rows)
+    assert ("training.compile=true", "training.precision=fp8, training.fp8.recipe=delayed|current", "all") == rows[0][:3]
+
+
+def test_selective_recompute_every_fourth_layer_trains_and_is_read_back(tmp_path):
+    out = run_inprocess(tmp_path, ["model=gpt2_tiny", "model.num_layers=8", *QUICK, "benchmark.telemetry=false",
+                                   "training.activation_checkpointing=selective", "training.ac_frequency=1/4"])
+    assert out.status == "ok", out.result["error"]
+    assert out.result["framework"]["effective"]["recomputed_layers"] == 2  # layers 0 and 4 of 8
+
+
+def test_a_compile_mode_runs_through_inductor_on_cpu(tmp_path):
+    """reduce-overhead asks for CUDA graphs; on a CPU inductor compiles the blocks without them."""
+    out = run_inprocess(tmp_path, ["model=gpt2_tiny", *QUICK, "benchmark.telemetry=false", "training.compile=true",
+                                   "training.compile_mode=reduce-overhead"])
+    assert out.status == "ok", out.result["error"]
+    effective = out.result["framework"]["effective"]
+    assert effective["compiled_layers"] == 4 and effective["recomputed_layers"] == 0
+
+
+@pytest.mark.parametrize("recipe,scaling", [("tensorwise", "tensorwise"), ("rowwise", "axiswise")])
+def test_fp8_recipes_convert_and_train_a_gpt2_block_on_cpu(recipe, scaling):
+    """torchao emulates the fp8 GEMMs on CPU: both recipes convert every block linear (not the head) and
+    backpropagate finite gradients; the recipe is read back from the converted modules."""
+    pytest.importorskip("torchao.float8")
+    import torch.nn.functional as F
+
+    from tprimat.backends.native.model import Decoder
+    from tprimat.backends.native.parallelize import apply_float8
+    from tprimat.backends.native.train import optimisations
+
+    spec = build_spec(compose(["platform=cpu", "model=gpt2_tiny", "model.num_layers=2"]))
+    torch.manual_seed(0)
+    model = Decoder(spec.model)
+    apply_float8(model, recipe)
+    assert optimisations(model)["fp8_scaling"] == scaling
+    tokens = torch.randint(0, spec.model.vocab_size, (2, 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens).float()
+    F.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_the_selective_estimate_follows_the_frequency():
+    """Recomputing every 4th layer keeps more than every 2nd and less than none, by the traced layout."""
+    from tests.test_meta_init import _spec_dict
+    from tprimat.backends.native.deep import deep_check
+    from tprimat.spec.memory import activation_bytes
+
+    base = ["platform=nvidia", "platform.gpu=h100", "methodology=identical_config", "training.precision=bf16",
+            "model=gpt2", "model.num_layers=8", "training.micro_batch_size=1",
+            "training.activation_checkpointing=selective"]
+    estimates = {}
+    for k in (2, 4):
+        spec, plan, spec_dict = _spec_dict([*base, f"training.ac_frequency={k}"])
+        roles, error = deep_check(spec_dict, plan.pp, plan.dp, plan.tp)
+        assert error is None
+        traced = roles[0]["activations_gib"] * 2**30
+        estimates[k] = activation_bytes(spec, plan.grad_accum_steps, in_flight=1)
+        assert estimates[k] == pytest.approx(traced, rel=0.05), k
+    assert estimates[4] > estimates[2]

@@ -1,0 +1,107 @@
+"""Which optimisation options combine, per parallel strategy: one table, as data, that validation applies and the
+README prints.
+
+A rule names two conditions on spec keys (each a key and the values it holds) and the strategies in which the
+pair cannot run, with the reason. The source benchmark matrices state three limits: compile with fp8 is not
+supported, selective recompute is FSDP-only, and selective recompute does not combine with fp8. They hold for
+Transformer Engine's fp8 modules (its amax and scaling state is neither traced by torch.compile nor replayed by
+a recomputed forward); tprimat's native backend runs torchao float8 (compile composes with it, and it is
+torchtitan's recommended path) and layer-selective recompute under every strategy (the parallel tests recompute
+under DDP, TP and PP), so those limits are not imposed there. CUDA graphs (``reduce-overhead``,
+``max-autotune``) record fixed memory addresses and no collectives, so they run on one device or under DDP
+only: FSDP2 frees and re-gathers parameters every step, and TP and PP communicate inside the captured blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tprimat.spec.schema import TprimatConf
+
+STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
+TE_RECIPES = ("delayed", "current")
+TORCHAO_RECIPES = ("tensorwise", "rowwise")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_MODES = ("default", *CUDA_GRAPH_MODES, "max-autotune-no-cudagraphs")
+
+
+@dataclass(frozen=True)
+class Rule:
+    first: tuple[tuple[str, tuple], ...]  # (key, values it holds) pairs, all of which hold
+    second: tuple[tuple[str, tuple], ...]
+    strategies: tuple[str, ...]  # where the two cannot run together
+    reason: str
+
+
+TE_FP8 = (("training.precision", ("fp8",)), ("training.fp8.recipe", TE_RECIPES))
+RULES = (
+    Rule((("training.compile", (True,)),), TE_FP8, STRATEGIES,
+         "Transformer Engine's fp8 modules are not traceable by torch.compile (torchao recipes are)"),
+    Rule((("training.activation_checkpointing", ("selective",)),), TE_FP8, STRATEGIES,
+         "a recomputed forward does not replay Transformer Engine's fp8 scaling state"),
+    Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
+         (("parallelism.fsdp", (True,)),), ("fsdp",),
+         "CUDA graphs record fixed addresses; FSDP2 frees and re-gathers parameters every step"),
+    Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
+         (("parallelism.tp", "> 1"),), ("tp",), "CUDA graphs capture no tensor-parallel collectives"),
+    Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
+         (("parallelism.pp", "> 1"),), ("pp",), "CUDA graphs capture no pipeline sends and receives"),
+)
+
+
+def get(spec: TprimatConf, key: str):
+    node = spec
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def holds(spec: TprimatConf, condition: tuple[tuple[str, tuple], ...]) -> bool:
+    for key, values in condition:
+        value = get(spec, key)
+        if values == "> 1":
+            if not value > 1:
+                return False
+        elif value not in values:
+            return False
+    return True
+
+
+def strategies(spec: TprimatConf, dp: int) -> set[str]:
+    """The strategies a spec's layout uses (``single`` for one device)."""
+    par, used = spec.parallelism, set()
+    if par.fsdp:
+        used.add("fsdp")
+    elif dp > 1:
+        used.add("ddp")
+    if par.tp > 1:
+        used.add("tp")
+    if par.pp > 1:
+        used.add("pp")
+    return used or {"single"}
+
+
+def shown(condition: tuple[tuple[str, tuple], ...], spec: TprimatConf) -> str:
+    return ", ".join(f"{key}={str(get(spec, key)).lower() if isinstance(get(spec, key), bool) else get(spec, key)}"
+                     for key, _ in condition)
+
+
+def incompatible(spec: TprimatConf, dp: int) -> list[str]:
+    """One line per rule the spec breaks, naming both options, the strategy and the reason."""
+    used, problems = strategies(spec, dp), []
+    for rule in RULES:
+        hit = used & set(rule.strategies)
+        if hit and holds(spec, rule.first) and holds(spec, rule.second):
+            where = "every strategy" if set(rule.strategies) == set(STRATEGIES) else "/".join(sorted(hit))
+            problems.append(f"{shown(rule.first, spec)} with {shown(rule.second, spec)}: not supported ({where}): "
+                            f"{rule.reason}")
+    return problems
+
+
+def table() -> list[tuple[str, str, str, str]]:
+    """The rules as README rows: (option, with, strategies, reason)."""
+    def text(condition):
+        return ", ".join(f"{k}={'|'.join(str(v).lower() for v in vals) if vals != '> 1' else '>1'}" for k, vals in condition)
+
+    return [(text(r.first), text(r.second), "all" if set(r.strategies) == set(STRATEGIES) else ", ".join(r.strategies),
+             r.reason) for r in RULES]
