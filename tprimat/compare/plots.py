@@ -100,7 +100,10 @@ def all_plots(groups: list[Group], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     m = lambda key: [g.metrics.get(key) for g in groups]  # noqa: E731
     estimate = "energy from TDP: an ESTIMATE" if any(g.metrics.get("energy_is_estimate") for g in groups) else None
-    return [
+    from tprimat.compare import breakdown
+
+    profiled = breakdown.plot(groups, out)
+    return [p for p in [
         throughput(groups, out),
         step_times(groups, out),
         _bar(groups, m("peak_memory_gib"), "peak memory (GiB)", "Peak memory per device", out / "memory.png"),
@@ -110,4 +113,5 @@ def all_plots(groups: list[Group], out: Path) -> list[Path]:
         _bar(groups, m("usd_per_1t_tokens"), "US$ per 1T tokens", "Cost per 1T training tokens", out / "cost.png"),
         _bar(groups, m("energy_kwh_per_1m_tokens"), "kWh per 1M tokens", "Energy per 1M tokens",
              out / "energy.png", estimate=estimate),
-    ]
+        profiled,
+    ] if p is not None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tprimat.compare import breakdown
 from tprimat.compare.groups import Group, group_summary, layout_of
 from tprimat.compare.speedups import Speedup
 from tprimat.compare.table import COLUMNS, cell, fmt
@@ -30,6 +31,12 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
     lines += _md_table([h for h, _ in COLUMNS], [[cell(g, k) for _, k in COLUMNS] for g in groups])
     lines += ["", "## Memory and efficiency", ""] + efficiency_table(groups)
     lines += ["", "## Cost, energy and time to train", ""] + cost_table(groups)
+    rows = breakdown.table(groups)
+    if rows:
+        lines += ["", "## Where the time goes (profiled steps)", ""] + _md_table(breakdown.HEADERS, rows)
+        lines += ["", "Milliseconds per profiled step by category (GPU: kernel time on the device, idle = no kernel "
+                  "running; CPU: operators' self time on the training thread); `profile.overhead` in each result "
+                  "compares profiled and unprofiled steps."]
     lines += ["", "Prices: " + "; ".join(sorted({g.metrics['price_source'] for g in groups})) + ".", ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in plots] + [""]

@@ -60,7 +60,7 @@ def make_result(*, run_id: str, status: str, spec: Optional[dict], plan: Optiona
     }
 
 
-OPTIONAL_SECTIONS = ("audit", "telemetry", "source", "projection")
+OPTIONAL_SECTIONS = ("audit", "telemetry", "source", "projection", "profile")
 
 
 def _optional(sections: dict) -> dict:

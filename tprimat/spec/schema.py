@@ -190,6 +190,17 @@ class BenchmarkConf(Freezable):
 
 
 @dataclass
+class ProfileConf(Freezable):
+    """Profiling (README "Profiling"): the PyTorch profiler over measured steps of in-process runs, or nsys /
+    rocprof in front of an external framework's command."""
+
+    enabled: bool = False
+    steps: Optional[List[int]] = None  # [first, last] 1-based step numbers; null: the first two measured steps
+    ranks: List[int] = field(default_factory=lambda: [0])
+    tool: str = "torch"  # torch (native) | nsys | rocprof (external frameworks)
+
+
+@dataclass
 class WandbConf(Freezable):
     mode: str = "offline"  # offline | online | disabled
     project: str = "tprimat"
@@ -214,6 +225,7 @@ class TprimatConf(Freezable):
     training: TrainingConf = field(default_factory=TrainingConf)
     benchmark: BenchmarkConf = field(default_factory=BenchmarkConf)
     logging: LoggingConf = field(default_factory=LoggingConf)
+    profile: ProfileConf = field(default_factory=ProfileConf)
     dry_run: Any = False  # true | false | deep (validate: dry_run's rule)
     run_name: Optional[str] = None
     resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here

@@ -28,6 +28,7 @@ CHOICES = {
     "training.activation_checkpointing": ("none", "full", "selective"),
     "training.compile_mode": COMPILE_MODES,
     "training.fp8.recipe": (*TORCHAO_RECIPES, *TE_RECIPES),
+    "profile.tool": ("torch", "nsys", "rocprof"),
     "training.optimizer.name": ("adamw",),
     "logging.wandb.mode": ("offline", "online", "disabled"),
 }
@@ -70,7 +71,34 @@ def check_options(spec: TprimatConf) -> list[str]:
     elif tr.activation_checkpointing != "selective" and ac_period(tr.ac_frequency) != 2:
         problems.append(f"training.ac_frequency={tr.ac_frequency}, training.activation_checkpointing="
                         f"{tr.activation_checkpointing}: a recompute frequency needs activation_checkpointing=selective")
-    return problems + incompatible(spec, derived_dp(spec))
+    return problems + incompatible(spec, derived_dp(spec)) + check_profile(spec)
+
+
+def check_profile(spec: TprimatConf) -> list[str]:
+    prof, warmup, steps = spec.profile, spec.benchmark.warmup_steps, spec.training.max_steps
+    if not prof.enabled:
+        return []
+    problems = []
+    chosen = list(prof.steps) if prof.steps is not None else None
+    if chosen is not None and (len(chosen) != 2 or not warmup < chosen[0] <= chosen[1] <= steps):
+        problems.append(f"profile.steps={chosen}: must be [first, last] measured step numbers, "
+                        f"benchmark.warmup_steps={warmup} < first <= last <= training.max_steps={steps}")
+    elif chosen is None and warmup + 2 > steps:
+        problems.append(f"profile.enabled=true, benchmark.warmup_steps={warmup}, training.max_steps={steps}: the "
+                        "default profiled steps are the first two measured ones; raise max_steps or set profile.steps")
+    world = world_size(spec)
+    bad = [r for r in prof.ranks if not 0 <= r < world]
+    if bad or not prof.ranks:
+        problems.append(f"profile.ranks={list(prof.ranks)}: must list ranks in 0..{world - 1}")
+    return problems
+
+
+def profiled_steps(spec: TprimatConf) -> tuple[int, int]:
+    """``profile.steps``, or the first two measured steps."""
+    if spec.profile.steps is not None:
+        return spec.profile.steps[0], spec.profile.steps[1]
+    first = spec.benchmark.warmup_steps + 1
+    return first, first + 1
 
 
 def check_choices(spec: TprimatConf) -> list[str]:

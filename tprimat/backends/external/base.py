@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -76,6 +77,11 @@ class ExternalBackend(Backend):
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
         if spec.platform.name == "cpu":
             return [f"framework.name={self.name}, platform.name=cpu: {self.name} trains on NVIDIA or AMD GPUs"]
+        if spec.profile.enabled and spec.profile.tool == "torch":
+            return [f"profile.tool=torch, framework.name={self.name}: the PyTorch profiler runs inside tprimat's own "
+                    "loop; profile an external framework with profile.tool=nsys or rocprof"]
+        if spec.profile.enabled and shutil.which(spec.profile.tool) is None:
+            return [f"profile.tool={spec.profile.tool}: {spec.profile.tool} is not installed (not on PATH)"]
         path = self.framework_path(spec)
         if path is None:
             return [f"framework.path: where is {self.name}? set framework.path=... or {self.path_env}"]
@@ -95,6 +101,8 @@ class ExternalBackend(Backend):
         """Write the generated files and command.json under ``run_dir/launch``."""
         launch_dir = (run_dir / "launch").resolve()
         launch = self.launch(spec, plan, launch_dir)
+        if spec.profile.enabled:
+            launch.argv = profiler_prefix(spec.profile.tool, run_dir.resolve() / "profile") + launch.argv
         launch_dir.mkdir(parents=True, exist_ok=True)
         for name, content in launch.files.items():
             (launch_dir / name).write_text(content)
@@ -120,8 +128,9 @@ class ExternalBackend(Backend):
             raise ExternalFailed(f"{self.name} {reason}; last lines of {log_path.name}:\n{tail}")
         saved = self.effective_settings(spec, (run_dir / "launch").resolve())
         report = audit(spec, text, self._steps, saved)
+        profile = {"profile": {"tool": spec.profile.tool, "output": "profile/"}} if spec.profile.enabled else {}
         return RunOutcome(effective={"command": launch.argv, "log": log_path.name, **saved}, audit=report,
-                          audit_failures=describe_failures(report))
+                          audit_failures=describe_failures(report), sections=profile)
 
     def _stream(self, launch: Launch, spec: TprimatConf, plan: Plan, log_path: Path, on_step: StepSink) -> int:
         """Start the command in its own session, tee its output to ``log_path`` while parsing steps; its exit code."""
@@ -181,4 +190,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def profiler_prefix(tool: str, out: Path) -> list[str]:
+    """nsys or rocprof in front of the framework's command, writing under the run directory."""
+    if tool == "nsys":
+        return ["nsys", "profile", "--trace=cuda,nvtx,osrt", "--force-overwrite=true", "-o", str(out / "nsys")]
+    return ["rocprof", "--stats", "--timestamp", "on", "-d", str(out), "-o", str(out / "rocprof.csv")]
 

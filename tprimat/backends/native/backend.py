@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import torch
 
 from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.common import measure_steps, pick_device, run_repeats
 from tprimat.backends.native.train import NativeTrainer
+from tprimat.measure.profile import StepProfiler
 from tprimat.spec.compat import TE_RECIPES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
+from tprimat.spec.validate import profiled_steps
 
 
 class NativeBackend(Backend):
@@ -46,6 +49,9 @@ class NativeBackend(Backend):
         if spec.model.position_embedding == "learned" and plan.tp > 1 and par.sequence_parallel:
             problems.append("model.position_embedding=learned, parallelism.sequence_parallel=true: framework=native "
                             "adds the learned positions to the full sequence; use sequence_parallel=false")
+        if spec.profile.enabled and spec.profile.tool != "torch":
+            problems.append(f"profile.tool={spec.profile.tool}: framework=native profiles with the PyTorch profiler "
+                            f"(profile.tool=torch); run {spec.profile.tool} around launch.py for a whole-process trace")
         if spec.training.precision == "fp8" and spec.training.fp8.recipe in TE_RECIPES:
             te = "installed" if importlib.util.find_spec("transformer_engine") else "not installed"
             problems.append(f"training.fp8.recipe={spec.training.fp8.recipe}: framework=native trains fp8 through torchao "
@@ -58,13 +64,32 @@ class NativeBackend(Backend):
 
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
         device = pick_device(spec)
+        sections: dict = {}
 
         def run_once(repeat: int) -> dict:
             trainer = NativeTrainer(spec, plan, device)
-            measure_steps(trainer.step, spec, plan, device, repeat, on_step)
+            profiler = step_profiler(spec, device, run_dir) if spec.profile.enabled and repeat == 0 else None
+            records: list = []
+
+            def sink(record) -> None:
+                records.append(record)
+                on_step(record)
+
+            measure_steps(profiler.wrap(trainer.step) if profiler else trainer.step, spec, plan, device, repeat, sink)
+            if profiler is not None and profiler.active:
+                sections["profile"] = profiler.section(records)
             return trainer.effective_settings()
 
-        return RunOutcome(effective=run_repeats(spec, run_once))
+        return RunOutcome(effective=run_repeats(spec, run_once), sections=sections)
+
+
+def step_profiler(spec: TprimatConf, device: torch.device, run_dir) -> StepProfiler:
+    """The PyTorch profiler over ``profile.steps`` of the first repeat, on this rank when it is listed."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    out = Path(run_dir) / "profile" if run_dir is not None else None
+    return StepProfiler(profiled_steps(spec), rank, tuple(spec.profile.ranks), device, out)
 
 
 BACKEND = NativeBackend()

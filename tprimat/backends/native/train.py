@@ -13,6 +13,7 @@ from torch import nn
 from tprimat.backends.common import SyntheticTokens, build_optimizer, lr_at, optimizer_settings, set_lr
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_layout, parallelize, uses_autocast
+from tprimat.measure.profile import DATA_RANGE
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -59,8 +60,9 @@ class NativeTrainer:
     def _rows(self, step: int, micro: int):
         mbs = self.spec.training.micro_batch_size
         first = micro * mbs * self.plan.dp + self.layout.dp_rank * mbs
-        inputs, targets = self.data.rows(step, first, mbs)
-        return inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+        with torch.profiler.record_function(DATA_RANGE):  # "data loading" in a profile's breakdown
+            inputs, targets = self.data.rows(step, first, mbs)
+            return inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
 
     def _accumulate(self, step: int) -> torch.Tensor:
         total = torch.zeros((), device=self.device)
