@@ -102,6 +102,16 @@ def test_a_compile_mode_runs_through_inductor_on_cpu(tmp_path):
     assert effective["compiled_layers"] == 4 and effective["recomputed_layers"] == 0
 
 
+def test_the_native_backend_refuses_cuda_graphs_on_gpus_with_the_reason():
+    from tprimat.backends.native.backend import BACKEND
+    from tprimat.spec.plan import make_plan
+
+    spec = build_spec(compose([*GPU, "training.compile=true", "training.compile_mode=reduce-overhead",
+                               "parallelism.fsdp=false", "platform.devices_per_node=1"]), H100)
+    (line,) = [p for p in BACKEND.check(spec, make_plan(spec, H100)) if "compile_mode" in p]
+    assert line.startswith("training.compile_mode=reduce-overhead: framework=native does not run CUDA graphs")
+
+
 @pytest.mark.parametrize("recipe,scaling", [("tensorwise", "tensorwise"), ("rowwise", "axiswise")])
 def test_fp8_recipes_convert_and_train_a_gpt2_block_on_cpu(recipe, scaling):
     """torchao emulates the fp8 GEMMs on CPU: both recipes convert every block linear (not the head) and

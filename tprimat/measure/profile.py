@@ -166,7 +166,8 @@ def analyse(events, window_s: float, steps: int, cuda: bool) -> tuple[dict, list
     """Categorise a finished profiler's events (``profiler.events()``)."""
     if cuda:
         kernels = [(e.name, e.time_range.start / 1e6, e.time_range.end / 1e6) for e in events
-                   if str(e.device_type).endswith("CUDA") and e.time_range.end > e.time_range.start]
+                   if str(e.device_type).endswith("CUDA") and e.time_range.end > e.time_range.start
+                   and not annotation(e)]
         return device_breakdown(kernels, window_s, steps), top_kernels([(n, b - a) for n, a, b in kernels], steps)
     threads = [e.thread for e in events if e.cpu_parent is None and e.name == DATA_RANGE] or \
         [e.thread for e in events if e.cpu_parent is None]
@@ -174,6 +175,13 @@ def analyse(events, window_s: float, steps: int, cuda: bool) -> tuple[dict, list
     ops = [(e.name, e.self_cpu_time_total / 1e6, inside_data(e)) for e in events
            if e.thread == main and e.name != DATA_RANGE and not e.name.startswith("ProfilerStep")]
     return host_breakdown(ops, window_s, steps), top_kernels([(n, s) for n, s, _ in ops], steps)
+
+
+def annotation(event) -> bool:
+    """A ``record_function`` range mirrored on the device timeline (``Optimizer.step#AdamW.step``, tprimat's data
+    range, ``ProfilerStep``): it spans kernels, it is not one."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name == DATA_RANGE or "#" in event.name \
+        or event.name.startswith("ProfilerStep")
 
 
 def inside_data(event) -> bool:

@@ -11,7 +11,7 @@ from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.common import measure_steps, pick_device, run_repeats
 from tprimat.backends.native.train import NativeTrainer
 from tprimat.measure.profile import StepProfiler
-from tprimat.spec.compat import TE_RECIPES
+from tprimat.spec.compat import CUDA_GRAPH_MODES, TE_RECIPES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 from tprimat.spec.validate import profiled_steps
@@ -49,6 +49,12 @@ class NativeBackend(Backend):
         if spec.model.position_embedding == "learned" and plan.tp > 1 and par.sequence_parallel:
             problems.append("model.position_embedding=learned, parallelism.sequence_parallel=true: framework=native "
                             "adds the learned positions to the full sequence; use sequence_parallel=false")
+        tr = spec.training
+        if tr.compile and tr.compile_mode in CUDA_GRAPH_MODES and spec.platform.name in ("nvidia", "amd"):
+            problems.append(f"training.compile_mode={tr.compile_mode}: framework=native does not run CUDA graphs on "
+                            "GPUs: with blocks compiled one by one they share one graph, whose replay overwrites the "
+                            "output the next block still reads, and compiling the whole model failed the same way on "
+                            "an H100 (2026-11-24); use default or max-autotune-no-cudagraphs")
         if spec.profile.enabled and spec.profile.tool != "torch":
             problems.append(f"profile.tool={spec.profile.tool}: framework=native profiles with the PyTorch profiler "
                             f"(profile.tool=torch); run {spec.profile.tool} around launch.py for a whole-process trace")

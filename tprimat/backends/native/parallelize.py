@@ -130,7 +130,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, every_k: int = 2
 
 def apply_compile(model: nn.Module, mode: str = "default") -> None:
     """Compile each block separately (as torchtitan does): the same code is reused by every layer. ``mode``:
-    torch.compile's (``training.compile_mode``)."""
+    torch.compile's (``training.compile_mode``; the CUDA-graph modes are refused on GPUs by the backend's check)."""
     for name in list(model.layers):
         model.layers[name] = torch.compile(model.layers[name], mode=None if mode == "default" else mode)
 
