@@ -61,3 +61,11 @@ def test_figures_the_run_did_not_have_stay_null():
     assert (step["loss"], step["grad_norm"], step["memory_gib"]) == (None, None, None)
     assert (step["step"], step["step_time_s"], step["peak_memory_gib"], step["warmup"]) == (3, 0.25, 2.5, True)
     assert parsed.facts["world_size"] == (4, WHERE) and parsed.facts["training.seq_length"] == (128, WHERE)
+
+
+def test_a_gpt2_runs_log_states_its_architecture_and_its_flops_come_back(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="tprimat"):
+        out = run_inprocess(tmp_path, [*QUICK, "model=gpt2_tiny", "benchmark.telemetry=false"])
+    ingested = ingest_text("\n".join(r.getMessage() for r in caplog.records), "run.log", Meta(compose, []))
+    assert ingested["spec"]["model"]["mlp"] == "gelu" and ingested["spec"]["model"]["vocab_pad_multiple"] == 64
+    assert ingested["plan"]["flops_per_token"] == out.result["plan"]["flops_per_token"]

@@ -26,7 +26,20 @@ LAYER_S = 0.02 + 0.003 + 0.04
 
 
 def spec_of(*overrides):
-    return build_spec(compose([*TABLE, *overrides]))
+    """No recompute unless asked (the H100's tuned settings recompute every other layer)."""
+    return build_spec(compose([*TABLE, "training.activation_checkpointing=none", *overrides]))
+
+
+@pytest.mark.parametrize("framework,k,extra_per_layer", [("native", 2, 0.023 / 2), ("native", 4, 0.023 / 4),
+                                                         ("megatron", 2, 0.0)])
+def test_selective_recompute_costs_the_recomputed_forward(framework, k, extra_per_layer):
+    """Native recomputes every k-th layer's whole forward (0.023 s per layer); Megatron-style selective
+    recompute redoes the core attention only (no attention op in this work: nothing)."""
+    spec = spec_of("platform.devices_per_node=1", "parallelism.fsdp=false", "training.global_batch_size=4",
+                   "training.micro_batch_size=2", f"framework={framework}", "framework.path=.",
+                   "training.activation_checkpointing=selective", f"training.ac_frequency={k}")
+    p = project(spec, WORK, ROUND, dp=1, accum=2, peak_tflops=None)
+    assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * 4 * (LAYER_S + extra_per_layer))
 
 
 def test_data_parallel_step_by_hand():

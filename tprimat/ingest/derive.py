@@ -59,7 +59,9 @@ def model_conf(st: Stated) -> Optional[ModelConf]:
     if not gated:
         st.warnings.append("the log states the model's dimensions but not a gated (SwiGLU) MLP: FLOPs not computed")
         return None
-    known = {k: v for k, v in model.items() if k in ModelConf.__dataclass_fields__}
+    # unstated architecture keys take the Llama-style defaults the gated check above stands for; a tprimat log
+    # states them all (a GPT-2 run's norm, mlp and positions included)
+    known = {k: v for k, v in model.items() if k in ModelConf.__dataclass_fields__ and v is not None}
     return ModelConf(**{**known, "qkv_bias": bool(model.get("qkv_bias")), "tie_embeddings": bool(model.get("tie_embeddings"))})
 
 
