@@ -101,7 +101,8 @@ def incompatible(spec: TprimatConf, dp: int) -> list[str]:
 def table() -> list[tuple[str, str, str, str]]:
     """The rules as README rows: (option, with, strategies, reason)."""
     def text(condition):
-        return ", ".join(f"{k}={' or '.join(str(v).lower() for v in vals) if vals != '> 1' else '>1'}" for k, vals in condition)
+        return ", ".join(f"{k}>1" if vals == "> 1" else f"{k}={' or '.join(str(v).lower() for v in vals)}"
+                         for k, vals in condition)
 
     return [(text(r.first), text(r.second), "all" if set(r.strategies) == set(STRATEGIES) else ", ".join(r.strategies),
              r.reason) for r in RULES]
