@@ -22,8 +22,31 @@ GROUPS = {"platform", "model", "framework", "methodology", "parallelism", "train
 
 
 def register_configs() -> None:
-    """Register the schema; conf/config.yaml names it first in its defaults list."""
+    """Register the schema (conf/config.yaml names it first in its defaults list) and ``${tprimat.join:list}``,
+    which the presets use to sweep over a list key (``frameworks=[nemo,megatron]``)."""
     ConfigStore.instance().store(name="tprimat_schema", node=TprimatConf)
+    for name, resolver in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
+
+
+def sharding_for(tuned_fsdp: bool, framework: str) -> bool:
+    """methodology=maximum_performance: the platform's tuned "shard the model state" as FSDP2 where the framework
+    shards that way (native, torchtitan); DeepSpeed gets ZeRO-3 instead (``zero_stage_for``), the others their own."""
+    return bool(tuned_fsdp) and framework in ("native", "torchtitan")
+
+
+def zero_stage_for(tuned_fsdp: bool, framework: str) -> int:
+    return 3 if tuned_fsdp and framework == "deepspeed" else 0
+
+
+def recompute_for(tuned: str, framework: str) -> str:
+    """The Hugging Face Trainer checkpoints every layer or none: its nearest to layer-selective is full."""
+    return "full" if tuned == "selective" and framework == "transformers" else tuned
+
+
+RESOLVERS = {"tprimat.join": lambda items: ",".join(str(i) for i in items), "tprimat.fsdp": sharding_for,
+             "tprimat.zero_stage": zero_stage_for, "tprimat.recompute": recompute_for}
 
 
 def to_plain(cfg: DictConfig, resolve: bool = True) -> dict:

@@ -226,6 +226,7 @@ class TprimatConf(Freezable):
     benchmark: BenchmarkConf = field(default_factory=BenchmarkConf)
     logging: LoggingConf = field(default_factory=LoggingConf)
     profile: ProfileConf = field(default_factory=ProfileConf)
+    frameworks: Optional[List[str]] = None  # presets (experiment=nvidia_all | amd_all): the frameworks they sweep
     dry_run: Any = False  # true | false | deep (validate: dry_run's rule)
     run_name: Optional[str] = None
     resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here

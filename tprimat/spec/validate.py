@@ -68,9 +68,6 @@ def check_options(spec: TprimatConf) -> list[str]:
     if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
         problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
                         "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")
-    elif tr.activation_checkpointing != "selective" and ac_period(tr.ac_frequency) != 2:
-        problems.append(f"training.ac_frequency={tr.ac_frequency}, training.activation_checkpointing="
-                        f"{tr.activation_checkpointing}: a recompute frequency needs activation_checkpointing=selective")
     return problems + incompatible(spec, derived_dp(spec)) + check_profile(spec)
 
 

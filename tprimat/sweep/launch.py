@@ -51,8 +51,9 @@ def prepare_point(point, config: dict) -> None:
         return _invalid(point, exc.problems, None)
     prepared = prepare(spec, hw, dry_run=True)
     spec_dict = spec_to_dict(spec)
-    if prepared.all_problems:
-        return _invalid(point, prepared.all_problems, spec_dict)
+    problems = prepared.problems if spec.dry_run else prepared.all_problems  # a dry run records the backend's
+    if problems:
+        return _invalid(point, problems, spec_dict)
     point.spec_hash = spec_identity(spec_dict)
     if spec.resume_from and not spec.dry_run:
         done = ok_results(str(Path(spec.resume_from).resolve())).get(point.spec_hash)

@@ -1,0 +1,65 @@
+"""The presets (conf/experiment): each plans its whole matrix on this CPU as a real Hydra multirun of dry runs,
+`frameworks=[...]` selects, and maximum_performance gives each framework the platform's tuned settings in the
+form that framework runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, compose_config
+
+pytestmark = pytest.mark.slow  # Hydra multiruns
+
+
+def sweep(tmp_path, *overrides):
+    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), *overrides, "dry_run=true",
+                           f"hydra.sweep.dir={tmp_path}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/result.json"), key=lambda p: int(p.parent.name))]
+
+
+@pytest.mark.parametrize("preset,points,keys", [
+    ("nvidia_all", 10, {("nemo", "llama"), ("megatron", "qwen"), ("deepspeed", "llama"), ("transformers", "qwen"),
+                        ("native", "llama")}),
+    ("amd_all", 10, {("primus", "llama"), ("nemo", "qwen"), ("transformers", "llama"), ("deepspeed", "qwen"),
+                     ("native", "qwen")}),
+    ("seed_gpt2_single", 8, {("native", "gpt2"), ("native", "gpt2_xl")}),
+    ("seed_gpt2_ddp", 8, {("native", "gpt2"), ("native", "gpt2_xl")}),
+    ("seed_70b_proxy_fsdp", 4, {("native", "llama70b_proxy")}),
+])
+def test_every_preset_plans_its_matrix_on_a_cpu(tmp_path, preset, points, keys):
+    results = sweep(tmp_path, f"experiment={preset}")
+    assert len(results) == points and {r["status"] for r in results} == {"dry_run"}
+    assert keys <= {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]) for r in results}
+    if preset.startswith("seed_gpt2"):
+        combos = {(r["spec"]["training"]["precision"], r["spec"]["training"]["compile"]) for r in results}
+        assert combos == {("bf16", False), ("bf16", True), ("fp8", False), ("fp8", True)}
+        devices = 1 if preset.endswith("single") else 8
+        assert {r["plan"]["world_size"] for r in results} == {devices}
+    if preset == "seed_70b_proxy_fsdp":
+        assert {r["spec"]["training"]["activation_checkpointing"] for r in results} == {"full", "selective"}
+        assert {r["spec"]["training"]["ac_frequency"] for r in results} == {"1/4"}
+        assert all(r["spec"]["parallelism"]["fsdp"] for r in results)
+
+
+def test_frameworks_selects_the_points_of_a_platform_preset(tmp_path):
+    results = sweep(tmp_path, "experiment=nvidia_all", "frameworks=[deepspeed,transformers]")
+    by = {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]): r for r in results}
+    assert set(by) == {("deepspeed", "llama"), ("deepspeed", "qwen"), ("transformers", "llama"), ("transformers", "qwen")}
+    # the H100's tuned sharding and recompute, as each framework runs them: ZeRO-3; plain DDP with full recompute
+    assert by[("deepspeed", "llama")]["spec"]["parallelism"]["zero_stage"] == 3
+    assert by[("deepspeed", "llama")]["spec"]["parallelism"]["fsdp"] is False
+    assert by[("transformers", "qwen")]["spec"]["training"]["activation_checkpointing"] == "full"
+    assert all(r["plan"]["backend_problems"] == [] for r in results)
+
+
+@pytest.mark.parametrize("framework,fsdp,zero,recompute", [("native", True, 0, "selective"),
+                                                           ("deepspeed", False, 3, "selective"),
+                                                           ("transformers", False, 0, "full"),
+                                                           ("megatron", False, 0, "selective")])
+def test_maximum_performance_maps_the_tuned_settings_per_framework(framework, fsdp, zero, recompute):
+    cfg = compose_config(["platform=nvidia", f"framework={framework}"])
+    assert (cfg.parallelism.fsdp, cfg.parallelism.zero_stage, cfg.training.activation_checkpointing) == \
+        (fsdp, zero, recompute)
