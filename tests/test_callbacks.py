@@ -151,3 +151,20 @@ def test_a_lightning_trainer_with_the_callback(tmp_path):
     assert [s["loss"] for s in steps] == pytest.approx(means, rel=1e-6)
     assert all(s["lr"] == 3e-3 for s in steps)
     assert result["framework"]["name"] == "lightning"
+
+
+def test_a_recorded_loop_writes_the_same_wandb_run_as_a_native_one(tmp_path):
+    """wandb="offline": a real offline W&B run beside result.json, read back from its own .wandb file: the spec
+    the user stated as config, every step under train/*, the summary, exit code 0."""
+    from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
+
+    with Recorder(tmp_path, OVERRIDES, wandb="offline") as rec:
+        losses = own_loop(rec, 4)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["wandb"]["mode"] == "offline"
+    (path,) = find_offline_runs(tmp_path)
+    run = read_offline_run(path)
+    assert run.run_id == result["wandb"]["id"] and run.config["model"]["name"] == "llama_tiny"
+    assert [h["train/loss"] for h in run.history if "train/loss" in h] == pytest.approx(losses)
+    assert run.summary["tokens_per_s"] == pytest.approx(result["summary"]["tokens_per_s"])
+    assert run.summary["status"] == "ok" and run.exit_code == 0

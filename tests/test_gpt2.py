@@ -128,3 +128,22 @@ def test_the_gpt2_activation_estimate_matches_the_traced_layout(layout):
     assert error is None
     traced = max(r["activations_gib"] for r in roles) * 2**30
     assert activation_bytes(spec, plan.grad_accum_steps, in_flight=1) == pytest.approx(traced, rel=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [["platform.devices_per_node=2"],
+                                    ["platform.devices_per_node=2", "parallelism.fsdp=true"],
+                                    ["platform.devices_per_node=2", "parallelism.tp=2"],
+                                    ["platform.devices_per_node=2", "parallelism.pp=2", "model.tie_embeddings=false"],
+                                    ["framework=transformers"], ["framework=deepspeed", "parallelism.zero_stage=2"]],
+                         ids=["ddp", "fsdp", "tp", "pp", "transformers", "deepspeed"])
+def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_path, layout):
+    from tests.conftest import run_launch
+
+    proc = run_launch(tmp_path, "model=gpt2_tiny", "platform=cpu", "training.max_steps=5", "benchmark.warmup_steps=1",
+                      "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled", *layout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    import json
+
+    steps = json.loads((tmp_path / "result.json").read_text())["steps"]
+    assert steps[-1]["loss"] < steps[0]["loss"]

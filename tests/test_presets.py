@@ -58,7 +58,7 @@ def test_frameworks_selects_the_points_of_a_platform_preset(tmp_path):
 @pytest.mark.parametrize("framework,fsdp,zero,recompute", [("native", True, 0, "selective"),
                                                            ("deepspeed", False, 3, "selective"),
                                                            ("transformers", False, 0, "full"),
-                                                           ("megatron", False, 0, "selective")])
+                                                           ("megatron", False, 1, "selective")])
 def test_maximum_performance_maps_the_tuned_settings_per_framework(framework, fsdp, zero, recompute):
     cfg = compose_config(["platform=nvidia", f"framework={framework}"])
     assert (cfg.parallelism.fsdp, cfg.parallelism.zero_stage, cfg.training.activation_checkpointing) == \

@@ -94,7 +94,8 @@ def test_profile_rules(tmp_path, overrides, expected):
 
 
 def test_an_external_framework_runs_under_nsys_when_asked(tmp_path):
-    out = run_inprocess(tmp_path, ["framework=megatron", "model=llama", "platform=nvidia", "platform.gpu=h100",
+    out = run_inprocess(tmp_path, ["framework=megatron", "model=llama", "training.seq_length=2048", "platform=nvidia",
+                                   "platform.gpu=h100",
                                    "framework.path=.", "dry_run=true", "profile.enabled=true", "profile.tool=nsys",
                                    "logging.wandb.mode=disabled"])
     argv = out.result["plan"]["backend_config"]["argv"]

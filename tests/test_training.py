@@ -112,8 +112,12 @@ def test_synthetic_data_is_seeded_and_learnable():
 
 @pytest.mark.slow
 def test_compile_runs_and_its_cost_stays_in_the_warmup(tmp_path):
-    out = run_inprocess(tmp_path, ["training.compile=true", "training.max_steps=4", "benchmark.warmup_steps=1",
-                                   "logging.wandb.mode=disabled", "training.optimizer.warmup_steps=1"])
+    import torch._inductor.config as inductor
+
+    # a cold compile, whatever earlier runs left in inductor's on-disk caches
+    with inductor.patch(force_disable_caches=True):
+        out = run_inprocess(tmp_path, ["training.compile=true", "training.max_steps=4", "benchmark.warmup_steps=1",
+                                       "logging.wandb.mode=disabled", "training.optimizer.warmup_steps=1"])
     assert out.status == "ok", out.result["error"]
     steps = out.result["steps"]
     assert steps[0]["warmup"] and steps[0]["step_time_s"] > 3 * out.result["summary"]["step_time_s"]["median"]

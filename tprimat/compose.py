@@ -32,12 +32,15 @@ def register_configs() -> None:
 
 def sharding_for(tuned_fsdp: bool, framework: str) -> bool:
     """methodology=maximum_performance: the platform's tuned "shard the model state" as FSDP2 where the framework
-    shards that way (native, torchtitan); DeepSpeed gets ZeRO-3 instead (``zero_stage_for``), the others their own."""
+    shards that way (native, torchtitan); the others get their own sharding instead (``zero_stage_for``)."""
     return bool(tuned_fsdp) and framework in ("native", "torchtitan")
 
 
 def zero_stage_for(tuned_fsdp: bool, framework: str) -> int:
-    return 3 if tuned_fsdp and framework == "deepspeed" else 0
+    """DeepSpeed shards with ZeRO-3; Megatron-LM, Primus and NeMo with their distributed optimizer (ZeRO-1)."""
+    if not tuned_fsdp:
+        return 0
+    return {"deepspeed": 3, "megatron": 1, "primus": 1, "nemo": 1}.get(framework, 0)
 
 
 def recompute_for(tuned: str, framework: str) -> str:
