@@ -168,3 +168,13 @@ def test_a_recorded_loop_writes_the_same_wandb_run_as_a_native_one(tmp_path):
     assert [h["train/loss"] for h in run.history if "train/loss" in h] == pytest.approx(losses)
     assert run.summary["tokens_per_s"] == pytest.approx(result["summary"]["tokens_per_s"])
     assert run.summary["status"] == "ok" and run.exit_code == 0
+
+
+def test_a_recorded_loop_leaves_no_dead_wandb_service_to_its_children(tmp_path):
+    """W&B names its service process in the environment; after the recorder's offline run the name is gone, so a
+    child process (a later launch.py) starts its own service instead of dialling a dead one."""
+    import os
+
+    with Recorder(tmp_path, OVERRIDES, wandb="offline") as rec:
+        own_loop(rec, 2)
+    assert "WANDB_SERVICE" not in os.environ

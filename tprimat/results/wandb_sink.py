@@ -6,6 +6,7 @@ Offline by default: no network, files under ``<run dir>/wandb/offline-run-*``; s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,9 @@ class WandbSink:
                 f"methodology:{config['methodology']['name']}", *conf.tags]
         settings = wandb.Settings(console="off", x_disable_stats=True, x_save_requirements=False,
                                   disable_git=True)
+        # wandb starts a service process and names it in this process's environment (WANDB_SERVICE), which child
+        # processes inherit; one this sink started is stopped (and unnamed) in ``finish`` when no run is left
+        self.started_service = "WANDB_SERVICE" not in os.environ
         self.run = wandb.init(mode=conf.mode, project=conf.project, entity=conf.entity, group=conf.group,
                               tags=tags, name=name, id=run_id.replace(":", "-"),
                               dir=str(run_dir), config=config, settings=settings, reinit="create_new")
@@ -42,6 +46,10 @@ class WandbSink:
                 "group": self.run.group, "tags": list(self.run.tags),
                 "offline_dir": Path(self.run.dir).parent.name if self.run.settings.mode == "offline" else None}
         self.run.finish(exit_code=0 if status in ("ok", "dry_run") else 1)
+        import wandb
+
+        if self.started_service and wandb.run is None:  # no run of the user's own: stop the service we started
+            wandb.teardown()
         return info
 
 
