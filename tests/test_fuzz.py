@@ -88,6 +88,64 @@ def test_a_carriage_return_inside_a_step_line_reads_the_same_on_both_paths():
     assert step["reported"]["consumed_samples"] == 64 and step["step_time_s"] == 0.9
 
 
+MS = ["1000.5", "900.0/950.2", " 12 ", "nan", "0", "-3.0", "1,360.5", "7e2", "N/A"]
+
+
+@st.composite
+def megatron_run(draw) -> list[str]:
+    """A long run's uniform step lines, the table path's input: one to three printing ranks in any order (rank
+    0 first, later or absent; labelled or not), steps re-printed or skipped, ranks dropping a line, memory
+    reports before and after their step, noise and fact lines between them, values of every kind."""
+    ranks = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True))
+    label = draw(st.sampled_from(["{r}:  [2026-05-23 18:00:01] ", "{r}: ", "", "[2026-05-23 18:00:01] ", "  {r}:\t"]))
+    extra = draw(st.sampled_from(["", " tokens per GPU (tokens/s/GPU): 5120.5 |", " lm loss: 2.0 |", " other: x |"]))
+    usual = draw(st.sampled_from(MS))  # the run's usual step time print; now and then another kind
+    lines, key = [], 0
+    for _ in range(draw(st.integers(1, 30))):
+        odd = draw(st.integers(0, 60))  # now and then a step re-printed, skipped or printed again
+        key = max(key - 1, 1) if odd == 0 else key if odd == 1 else key + 2 if odd == 2 else key + 1
+        for rank in ranks:
+            if draw(st.integers(0, 150)) == 0:
+                continue  # this rank's copy is missing
+            ms = usual if draw(st.integers(0, 7)) else draw(st.sampled_from(MS))
+            lines.append(label.format(r=rank) + f"iteration {key:>8}/  100000 | consumed samples: {key * 8:>12} | "
+                         f"elapsed time per iteration (ms): {ms} | learning rate: {key:.6E} | global batch size:"
+                         f"     8 | lm loss: {1 + key / 7:.6E} | loss scale: 1.0 |{extra}")
+        noise = draw(st.integers(0, 30))
+        if noise == 0:
+            lines.append(f"[Rank 0] (after {key + draw(st.integers(-1, 1))} iterations) memory (MB) | allocated: "
+                         "1024.0 | max allocated: 2048.5 | reserved: 3000.0 | max reserved: 3000.0")
+        elif noise == 1:
+            lines.append("0: [WARNING] a framework warning between the steps")
+        elif noise == 2:
+            lines.append("global_batch_size: 16")
+    return lines
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=megatron_run(), block_chars=st.sampled_from([300, 1000, 4096, 1 << 20]))
+def test_uniform_megatron_blocks_read_as_tables_equal_the_line_path(lines, block_chars):
+    """The column path (whole blocks of uniform lines) and its one-by-one edges give the line path's steps,
+    facts and errors, wherever the block boundaries fall."""
+    by_line = parse_both_ways("megatron", lines)
+    by_block = parse_stream(io.StringIO("\n".join(lines) + "\n"), "megatron", block_chars=block_chars)
+    assert by_block.steps == by_line.steps
+    assert (by_block.facts, by_block.error) == (by_line.facts, by_line.error)
+
+
+def test_the_table_path_reads_what_the_line_path_reads():
+    """A block of two ranks' uniform lines: every field, each rank's step time, rank 0's values as the step's."""
+    lines = [f"{r}:  iteration {k:>4}/ 10 | consumed samples: {8 * k:>6} | elapsed time per iteration (ms): "
+             f"{1000 + r + k:.1f} | lm loss: {2 + k / 10:.4f} | learning rate: 3.0E-04 | global batch size:     8 |"
+             f" throughput per GPU (TFLOP/s/GPU): {400 + k:.1f} |" for k in range(1, 6) for r in (1, 0)]
+    steps = parse_stream(io.StringIO("\n".join(lines) + "\n"), "megatron").steps
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    third = steps[2]
+    assert (third["step_time_s"], third["loss"], third["lr"]) == (1.003, 2.3, 3e-4)  # rank 0's: 1000 + 0 + 3 ms
+    assert third["reported"] == {"total_iterations": 10, "consumed_samples": 24.0, "global_batch_size": 8.0,
+                                 "tflops_per_gpu": 403.0, "step_time_s_by_rank": {"1": 1.004, "0": 1.003}}
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-8-sig"])
 def test_bom_marked_logs_are_decoded(tmp_path, encoding):
     from tprimat.ingest.build import ingest_file

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from itertools import repeat
 from typing import Optional
 
+from tprimat.logs import columns
 from tprimat.logs.clean import Line, count, number
-from tprimat.logs.stream import Step, StreamParser, new_step
+from tprimat.logs.stream import BLOCK_TRIGGERS, Step, StreamParser, new_step, new_steps
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 MEMORY = re.compile(r"\(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)")
@@ -29,6 +32,36 @@ STEP_TIME = re.compile(r"elapsed time per iteration \(ms\)\s*:\s*([^|]*)")
 SHORT_LINE = 100  # facts.read_line reads "key: value" config lines shorter than this
 VALUES_KEPT = 4096  # printed values remembered per parser (their parse, and one shared number object)
 TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megatron: "0.004B" (rounded)
+# Step lines' texts before their first "|", joined by line ends: each one's step and total, and its srun label
+# as ``PLAIN_LABEL`` reads it ("" when none: ``StreamParser.prefix_rank`` reads any other prefix)
+HEAD_STEPS = re.compile(r"iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*$", re.M)  # at a word start: ``word_start``
+HEAD_LABELS = re.compile(r"^(?:[ \t]*(\d{1,9}):[ \t]+(?!\[rank|\[\d{8} |\(|\d|\s))?", re.M)
+ELAPSED = "elapsed time per iteration (ms)"
+
+
+@dataclass
+class TableFields:
+    own: dict  # step record field -> values (step_time_ms, loss, lr, grad_norm)
+    reported_names: list  # ``reported`` keys in the order ``iteration`` inserts them
+    reported_values: list  # one column per name after the first (total_iterations: from the heads)
+    echo_ms: Optional[list]  # the first elapsed-time column: what another rank's copy of a step adds
+    unread: list  # texts not read as plain numbers: searched for facts and failures like any other line
+
+
+WORD_CHAR = re.compile(r"\w")
+
+
+def word_start(text: str, word: str) -> bool:
+    """Whether every ``word`` in ``text`` starts a word (as ``\\b`` before it; a regex that starts with a
+    literal scans at C speed, one that starts with ``\\b`` does not)."""
+    pieces = text.split(word)
+    if "" in pieces[1:-1]:  # a word right after another: its first letters before it
+        return False
+    return not WORD_CHAR.search("".join(piece[-1:] for piece in pieces[:-1]))
+
+
+def seconds(ms: list) -> list:
+    return [None if v is None else v / 1000 for v in ms]
 
 
 def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
@@ -58,6 +91,9 @@ class MegatronParser(StreamParser):
         # plateaus repeat on every line, so each distinct text is parsed once and its number object shared
         self.values: dict[str, tuple] = {}
 
+    def memory_held(self, keys: list[int]) -> bool:
+        return bool(self.memory) and not self.memory.keys().isdisjoint(keys)
+
     def read(self, line: Line) -> list[Step]:
         text = line.text
         if "iteration" in text and (m := ITERATION.search(text)):
@@ -70,6 +106,100 @@ class MegatronParser(StreamParser):
         if length < SHORT_LINE:  # a short line might be a config dump: the full path reads it
             return self.feed(prefix + match.group(0))
         return self.step_line(int(match.group(1)), match.group(2), match.group(3), self.prefix_rank(prefix))
+
+    def columns(self, block: str) -> Optional[list[Step]]:
+        """A block of uniform iteration lines, and lines that state no step, read as a table
+        (``tprimat.logs.columns``): the same steps as line by line; None when it is no such table, or when a
+        text it would not read as a number holds a fact, a failure or a memory report (those blocks, and
+        consumed-token counts, are read line by line)."""
+        if "memory (MB)" in block or TOKENS in block:
+            return None
+        lines = block.split("\n")
+        lines.pop()  # a block ends at a line end
+        stepping = [line for line in lines if "iteration" in line]
+        table = columns.table(stepping, SHORT_LINE)
+        if table is None:
+            return None
+        head_text = "\n".join(table.head)
+        heads = HEAD_STEPS.findall(head_text)
+        if len(heads) != len(stepping) or not word_start(head_text, "iteration"):
+            return None
+        key_texts, total_texts = zip(*heads)
+        try:
+            keys, totals = list(map(int, key_texts)), list(map(int, total_texts))
+        except ValueError:  # a number too long for int: the line path skips that line
+            return None
+        fields = self.table_fields(table)
+        if fields is None:
+            return None
+        others = [line for line in lines if "iteration" not in line] if len(stepping) < len(lines) else []
+        unread = "\n".join([head_text, *table.keys, *fields.unread, *others])
+        if any(word in unread for word in BLOCK_TRIGGERS):
+            return None
+        for line in others:  # they state no step (a fact, at most): read as ever
+            self.feed(line)
+        self.lines += len(stepping)
+        return self.table_steps(table.head, keys, totals, HEAD_LABELS.findall(head_text), fields)
+
+    def table_fields(self, table: columns.Table) -> Optional["TableFields"]:
+        """The table's value columns as the step records' fields and ``reported`` (as ``iteration`` reads each
+        line), and the texts read other than as plain numbers; None when a column has running averages on some
+        lines only (a line without one has no ``_running_avg`` key: read line by line)."""
+        fields = TableFields(own={}, reported_names=["total_iterations"], reported_values=[], echo_ms=None,
+                             unread=[])
+        average_ms = None
+        for key, texts in zip(table.keys, table.values):
+            name = FIELDS.get(key.strip())
+            if name is None:
+                fields.unread.extend(texts)
+                continue
+            current, average, unread = columns.numbers(texts, current_and_average)
+            if average is not None and None in average:
+                return None
+            fields.unread.extend(unread)
+            if fields.echo_ms is None and key.strip() == ELAPSED:
+                fields.echo_ms = current  # what another rank's copy of a step adds (``step_line``)
+            if name in OWN:
+                fields.own[name] = current
+            else:
+                fields.reported_names.append(name)
+                fields.reported_values.append(current)
+            if average is not None and name == "step_time_ms":
+                average_ms = average
+            elif average is not None:
+                fields.reported_names.append(f"{name}_running_avg")
+                fields.reported_values.append(average)
+        if average_ms is not None:
+            fields.reported_names.append("step_time_s_running_avg")
+            fields.reported_values.append(seconds(average_ms))
+        return fields
+
+    def table_steps(self, head: tuple, keys: list[int], totals: list[int], labels: list[str],
+                    fields: "TableFields") -> list[Step]:
+        ranks = list(map(int, labels)) if all(labels) else \
+            [int(label) if label else self.prefix_rank(text.rpartition("iteration")[0])
+             for label, text in zip(labels, head)]
+        blank = [None] * len(keys)
+        ms = fields.own.get("step_time_ms", blank)
+        times = seconds(ms)
+        echo_times = times if fields.echo_ms is None or fields.echo_ms is ms else seconds(fields.echo_ms)
+        loss, lr, grad_norm = (fields.own.get(name, blank) for name in ("loss", "lr", "grad_norm"))
+        reported = [totals, *fields.reported_values]
+        names = fields.reported_names
+
+        def one(i: int) -> Step:
+            step = new_step(keys[i], dict(zip(names, (column[i] for column in reported))), loss=loss[i], lr=lr[i],
+                            grad_norm=grad_norm[i], step_time_s=times[i])
+            if keys[i] in self.memory:
+                step["memory_gib"], step["peak_memory_gib"] = self.memory.pop(keys[i])
+            return step
+
+        def many(rows: slice) -> list[Step]:
+            printed = map(dict, map(zip, repeat(names), zip(*(column[rows] for column in reported))))
+            return new_steps(keys[rows], printed, loss=loss[rows], lr=lr[rows], grad_norm=grad_norm[rows],
+                             step_time_s=times[rows])
+
+        return self.offer_rows(keys, ranks, times, echo_times, one, many)
 
     def step_line(self, key: int, total: str, body: str, rank: Optional[int]) -> list[Step]:
         if self.echo(key, rank):  # another rank's copy: only its step time is new

@@ -13,8 +13,10 @@ Parsers never raise on bad input: a line they cannot read is skipped.
 
 from __future__ import annotations
 
+import operator
 import re
-from typing import Optional
+from itertools import repeat
+from typing import Callable, Iterable, Optional
 
 from tprimat.logs import facts as facts_mod
 from tprimat.logs.clean import PLAIN_LABEL, Line, clean
@@ -64,8 +66,13 @@ class StreamParser:
         with a ``FAST`` pattern (a step line from its marker to the line end; the marker starts with a literal,
         so the search runs at C speed) reads its step lines straight from the block, the text before the marker
         being the line's prefix; the lines between them, and any block holding a fact, a failure or colour, go
-        line by line."""
-        if self.FAST is None or self.failure or any(word in block for word in BLOCK_TRIGGERS):
+        line by line. A format that reads uniform blocks as a table (``columns``) does that first (and searches
+        only the texts it does not read as numbers for the words that send a block line by line)."""
+        if self.FAST is None or self.failure or "\x1b" in block or "\r" in block:
+            return self._feed_lines(block)
+        if (table_steps := self.columns(block)) is not None:
+            return table_steps
+        if any(word in block for word in BLOCK_TRIGGERS):
             return self._feed_lines(block)
         steps, pos = [], 0
         for m in self.FAST.finditer(block):
@@ -90,6 +97,11 @@ class StreamParser:
         for raw in lines:
             steps += self.feed(raw)
         return steps
+
+    def columns(self, block: str) -> Optional[list[Step]]:
+        """A block's steps read as a table of uniform step lines (``tprimat.logs.columns``), or None: not such a
+        block (or a format without a table reader), read by ``FAST`` instead."""
+        return None
 
     def fast(self, match: re.Match, prefix: str, length: int) -> list[Step]:
         """One ``FAST`` match, the line's ``prefix`` before it and the whole line's ``length``."""
@@ -148,6 +160,68 @@ class StreamParser:
         if rank is not None and time_s is not None:
             by_rank.setdefault(str(rank), time_s)
 
+    def offer_rows(self, keys: list[int], ranks: list, times: list, echo_times: list,
+                   one: Callable[[int], Step], many: Callable[[slice], list[Step]]) -> list[Step]:
+        """A table's step lines (``columns``), in order: the same steps as offering them one by one. Rows of a
+        step already held or seen, and the last printed step, go one by one (``one(i)`` builds row i's step);
+        between them, where every step is printed by the same ranks in the same order (one row each, step
+        numbers increasing, each step new), all steps at once (``many(rows)`` builds the steps of rows
+        ``rows``, a slice; each step's rows are its ranks' copies, ``step_time_s_by_rank`` from ``times``)."""
+        steps: list[Step] = []
+        n, start = len(keys), 0
+        while start < n and (keys[start] in self.seen or (self.pending is not None and self.pending["step"] == keys[start])):
+            steps += self.row(start, keys, ranks, echo_times, one)
+            start += 1
+        period = next((j for j in range(1, n - start) if keys[start + j] != keys[start]), n - start) or 1
+        stop = start + period * ((n - start) // period - 1)  # the last whole step and what follows: one by one
+        if stop > start and self.uniform_rows(keys, ranks, times, echo_times, start, stop, period):
+            steps += self.flush()
+            primary = ranks.index(0, start, start + period) - start \
+                if 0 in ranks[start + 1:start + period] and ranks[start] not in (None, 0) else 0
+            built = many(slice(start + primary, stop, period))
+            if period > 1:
+                names = [str(rank) for rank in ranks[start:start + period]]
+                by_rank = map(dict, map(zip, repeat(names), zip(*(times[start + j:stop:period] for j in range(period)))))
+                for step, spread in zip(built, by_rank):
+                    step["reported"]["step_time_s_by_rank"] = spread
+            self.seen.update(keys[start:stop:period])
+            steps += built
+            start = stop
+        for i in range(start, n):
+            steps += self.row(i, keys, ranks, echo_times, one)
+        return steps
+
+    def uniform_rows(self, keys: list[int], ranks: list, times: list, echo_times: list, start: int, stop: int,
+                     period: int) -> bool:
+        """Whether rows ``start:stop`` are whole steps of ``period`` rows each, printed by the same distinct ranks
+        in the same order, step numbers increasing and new, nothing held for them (memory reports), and the row
+        after them a new step (which, line by line, is what completes the last of them)."""
+        firsts = keys[start:stop:period]
+        count = len(firsts)
+        held = None if self.pending is None else self.pending["step"]  # done before them: as seen
+        if not all(map(operator.lt, firsts, firsts[1:])) or not self.seen.isdisjoint(firsts) or held in firsts \
+                or self.memory_held(firsts):
+            return False
+        if keys[stop] <= firsts[-1] or keys[stop] in self.seen or keys[stop] == held:  # it completes the last one
+            return False
+        pattern = ranks[start:start + period]
+        if any(keys[start + j:stop:period] != firsts or ranks[start + j:stop:period] != [pattern[j]] * count
+               for j in range(period)):
+            return False
+        return period == 1 or (None not in pattern and len(set(pattern)) == period and echo_times is times
+                               and None not in times[start:stop])
+
+    def memory_held(self, keys: list[int]) -> bool:
+        """Whether something printed before its step (a memory report) waits for one of these steps."""
+        return False
+
+    def row(self, i: int, keys: list[int], ranks: list, echo_times: list, one: Callable[[int], Step]) -> list[Step]:
+        key, rank = keys[i], ranks[i]
+        if self.echo(key, rank):
+            self.rank_time(key, rank, echo_times[i])
+            return []
+        return self.offer(one(i), rank)
+
     def flush(self) -> list[Step]:
         if self.pending is None:
             return []
@@ -174,6 +248,18 @@ class StreamParser:
                 self.failure.append(text)
         elif any(word in text for word in FAILURE_WORDS) or ("xited with" in text and NONZERO_EXIT.search(text)):
             self.failure.append(text)
+
+
+STEP_FIELDS = ("step", "step_time_s", "tokens", "loss", "lr", "grad_norm", "memory_gib", "peak_memory_gib", "repeat",
+               "warmup", "reported")
+
+
+def new_steps(steps: list[int], reported: Iterable[dict], loss: list, lr: list, grad_norm: list,
+              step_time_s: list) -> list[Step]:
+    """``new_step`` of many steps at once (no memory figures), the dicts built by C-level ``map``."""
+    values = zip(steps, step_time_s, repeat(None), loss, lr, grad_norm, repeat(None), repeat(None), repeat(0),
+                 repeat(False), reported)
+    return list(map(dict, map(zip, repeat(STEP_FIELDS), values)))
 
 
 def new_step(step: int, reported: dict, loss=None, lr=None, grad_norm=None, step_time_s=None,

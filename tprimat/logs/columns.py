@@ -1,0 +1,75 @@
+"""Uniform step lines read as columns: the fast path of long logs.
+
+A long run prints the same step line, field for field, hundreds of thousands of times. Read one line at a
+time, each line costs a regex match and a dozen Python-level string operations; read as a table (the lines
+split at ``|``, zipped into columns, each column checked for its one key and converted with ``map``) the work
+runs inside C loops, and Python touches each row once. A block that is not such a table (a field missing on
+some line, a value holding ``|``, a line too short) gets ``None`` and is read line by line instead, so the
+table is only ever a faster way to the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from operator import itemgetter, methodcaller
+from typing import Callable, NamedTuple, Optional
+
+Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
+
+
+class Table(NamedTuple):
+    head: tuple  # each line's text before its first "|"
+    keys: list  # the key text of each field, as printed (blanks kept)
+    values: list  # per field, each line's value text (the text after "key:")
+
+
+def table(lines: list[str], min_chars: int) -> Optional[Table]:
+    """``lines`` as a table: each with the same fields in the same order, every field ``key: value |``,
+    nothing after the last ``|`` but blanks, none shorter than ``min_chars``; else None."""
+    if not lines or min(map(len, lines)) < min_chars:
+        return None
+    bars = lines[0].count("|")
+    if bars < 2 or set(map(methodcaller("count", "|"), lines)) != {bars}:
+        return None
+    # one split of the lines joined by "\n|": each line gives bars + 1 texts, the last one its tail and "\n"
+    texts = "\n|".join(lines).split("|")
+    width = bars + 1
+    if "".join(texts[bars::width]).strip():
+        return None
+    keys, values = [], []
+    for j in range(1, bars):
+        column = "\n" + "\n".join(texts[j::width])
+        key, colon, _ = texts[j].partition(":")
+        # every text starts with "key:" exactly when "\nkey:" occurs once per text (no text holds a line end)
+        if not colon or column.count("\n" + key + ":") != len(lines):
+            return None
+        keys.append(key)
+        values.append(list(map(itemgetter(slice(len(key) + 1, None)), texts[j::width])))
+    return Table(texts[0::width], keys, values)
+
+
+def numbers(texts: list[str], parse: Callable[[str], Pair]) -> tuple[list, Optional[list], list[str]]:
+    """A column of value texts -> (current values, running averages or None when no value has one, the texts
+    read other than by ``float``), each value as ``parse`` reads it. Plain numbers convert in one ``map``; a
+    column of one repeated text (batch size, loss scale, counters) is parsed once and shares one number."""
+    if texts.count(texts[0]) == len(texts):
+        current, average = parse(texts[0])
+        unread = [] if plain(texts[0]) else texts[:1]
+        return [current] * len(texts), (None if average is None else [average] * len(texts)), unread
+    try:
+        current = list(map(float, texts))
+    except ValueError:
+        pairs = list(map(parse, texts))
+        averages = [p[1] for p in pairs]
+        return [p[0] for p in pairs], (averages if any(a is not None for a in averages) else None), texts
+    if not all(map(math.isfinite, current)):
+        current = [v if math.isfinite(v) else None for v in current]
+    return current, None, []
+
+
+def plain(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
