@@ -237,3 +237,32 @@ def test_a_printed_batch_size_that_is_not_positive_states_nothing():
     assert tokens_of(step, None, 128, None) is None
     assert tokens_of(step, 4, 128, None) == 512  # the stated batch size is used instead
     assert tokens_of(step, 4, None, None) is None  # a printed sequence length of 0 states nothing
+
+
+def test_detect_decides_from_the_first_look_only_on_one_clear_format():
+    """A long Megatron-DeepSpeed log (its banner names DeepSpeed) is weighed over the whole head as before; a
+    head of one format's step lines only is that format."""
+    long_ds = "[INFO] [config.py:1] deepspeed config: zero stage 1\n" * 2000 + MEGATRON_DS * 400
+    assert len(long_ds) > 256 << 10 and detect(long_ds) == "megatron"
+    assert detect(MEGATRON * 2000) == "megatron"
+    banner = "  hidden_size ..................................... 4096\n" * 6000  # longer than the first look
+    assert len(banner) > 256 << 10 and detect(banner + MEGATRON * 50) == "megatron"
+
+
+def test_completing_steps_at_once_equals_one_by_one():
+    """The ingest's fast completion (one tokens per step, printed times) gives what ``complete_step`` gives."""
+    import copy
+
+    from tprimat.results.records import complete_step, complete_uniform
+
+    steps = parse_text(MEGATRON * 3, "megatron").steps
+    fast, slow = copy.deepcopy(steps), copy.deepcopy(steps)
+    assert complete_uniform(fast, None, 4096, warmup=2)
+    previous = None
+    for i, s in enumerate(slow):
+        complete_step(s, None, 4096, 8, previous, i < 2, [])
+        previous = s
+    assert fast == slow and fast[0]["tokens"] == fast[0]["reported"]["global_batch_size"] * 4096
+    odd = copy.deepcopy(steps)
+    odd[1]["reported"]["global_batch_size"] = 2 * odd[0]["reported"]["global_batch_size"]
+    assert not complete_uniform(odd, None, 4096, warmup=2) and odd[1]["tokens"] is None  # per step, untouched

@@ -133,3 +133,17 @@ def test_compare_reads_every_ingested_log_together():
 @given(st.lists(st.sampled_from(range(len(INGESTED))), min_size=1, max_size=8))
 def test_compare_never_crashes_on_random_subsets(indices):
     compare_all([INGESTED[i] for i in indices])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=1e-6, max_value=1e4, allow_nan=False), min_size=2, max_size=400))
+def test_the_step_time_std_is_statistics_stdev(times):
+    """The summary's fast sample standard deviation within rounding (of the data) of the standard library's
+    exact one; equal times give exactly 0."""
+    import math
+    import statistics
+
+    from tprimat.results.metrics import sample_std
+
+    assert math.isclose(sample_std(times), statistics.stdev(times), rel_tol=1e-9, abs_tol=1e-13 * max(times))
+    assert sample_std([times[0]] * len(times)) == 0.0

@@ -22,7 +22,7 @@ from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, worl
 from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
 from tprimat.results.metrics import summarize
-from tprimat.results.records import StepRecord, as_record, complete_step
+from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
 
@@ -82,6 +82,8 @@ def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings
     if warmup < wanted and not marked:
         warnings.append(f"only {len(steps)} steps: {warmup} of benchmark.warmup_steps={wanted} excluded as warm-up")
     gbs, seq = spec["training"]["global_batch_size"], spec["training"]["seq_length"]
+    if not marked and complete_uniform(steps, gbs, seq, warmup):
+        return steps
     previous = None
     for i, s in enumerate(steps):
         complete_step(s, gbs, seq, world, previous, s["warmup"] if marked else i < warmup, warnings)

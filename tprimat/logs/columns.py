@@ -67,6 +67,13 @@ def numbers(texts: list[str], parse: Callable[[str], Pair]) -> tuple[list, Optio
     return current, None, []
 
 
+def integers(texts: tuple[str, ...]) -> list[int]:
+    """A column of integer texts as ints (ValueError: one is not an int); one repeated text shares one int."""
+    if texts.count(texts[0]) == len(texts):
+        return [int(texts[0])] * len(texts)
+    return list(map(int, texts))
+
+
 def plain(text: str) -> bool:
     try:
         float(text)

@@ -126,7 +126,7 @@ class MegatronParser(StreamParser):
             return None
         key_texts, total_texts = zip(*heads)
         try:
-            keys, totals = list(map(int, key_texts)), list(map(int, total_texts))
+            keys, totals = list(map(int, key_texts)), columns.integers(total_texts)
         except ValueError:  # a number too long for int: the line path skips that line
             return None
         fields = self.table_fields(table)

@@ -33,18 +33,32 @@ SIGNATURES = {
     "mlperf": [(re.compile(re.escape(MARK)), 5)],
     "tprimat": [(TPRIMAT_STEP, 5), (re.compile(r"spec \(world size \d+\): \{"), 5)],
 }
-DETECT_BYTES = 4 << 20  # formats are recognised from the head of a file
+DETECT_BYTES = 4 << 20  # formats are recognised from the head of a file: at most this much of it
+FIRST_LOOK = 256 << 10  # ... and only this much when it already holds clear evidence
+CLEAR = 100  # a score this high, with no other format's signature at all, is clear evidence (20 step lines)
 
 
 def detect(raw_text: str) -> Optional[str]:
-    head = raw_text[:DETECT_BYTES]
+    """The format whose signatures weigh most in the file's head: the first 256 KB when only one format has
+    signatures there, and clear ones (its step lines); else the first 4 MB (a long argument dump or banner
+    before the steps, or several formats' signatures to weigh)."""
+    if len(raw_text) > FIRST_LOOK:
+        first = scores_of(raw_text[:FIRST_LOOK])
+        found = [fmt for fmt, score in first.items() if score]
+        if len(found) == 1 and first[found[0]] >= CLEAR:
+            return found[0]
+    scores = scores_of(raw_text[:DETECT_BYTES])
+    best = max(scores, key=scores.get)
+    return best if scores[best] > 0 else None
+
+
+def scores_of(head: str) -> dict[str, int]:
     scores = {fmt: sum(weight * len(p.findall(head)) for p, weight in sigs) for fmt, sigs in SIGNATURES.items()}
     if scores["primus"] and scores["megatron"] == 0 and scores["torchtitan"]:
         scores["primus"] = 0  # torchtitan re-emitted through Primus's logger is torchtitan's format
     if scores["primus"] and scores["megatron"]:
         scores["primus"] += scores["megatron"]
-    best = max(scores, key=scores.get)
-    return best if scores[best] > 0 else None
+    return scores
 
 
 class Unrecognised(StreamParser):

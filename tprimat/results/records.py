@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from operator import itemgetter, methodcaller
 from typing import Optional
 
 
@@ -30,6 +31,7 @@ class StepRecord:
 
 
 FIELD_NAMES = tuple(f.name for f in fields(StepRecord))  # as_dict's keys, in this order (a test holds them equal)
+FIELD_VALUES = itemgetter(*FIELD_NAMES)
 DEFAULTS = {"repeat": 0, "warmup": False}
 
 
@@ -88,6 +90,32 @@ def record_from_step(step: dict, gbs: Optional[int], seq: Optional[int], world: 
     return as_record(complete_step(dict(step), gbs, seq, world, previous, warmup, warnings))
 
 
+def complete_uniform(steps: list[dict], gbs: Optional[int], seq: Optional[int], warmup: int) -> bool:
+    """``complete_step`` of every parsed step at once, where it does the same to each: the steps of one parser
+    (every field, ``reported`` set), all with a positive printed step time and int step numbers, and the same
+    tokens per step (one printed batch size and sequence length, or none printed and both stated). The first
+    ``warmup`` steps are warm-up. False, and nothing changed, otherwise."""
+    if not steps or set(map(len, steps)) != {len(FIELD_NAMES)}:
+        return False
+    reported = list(map(itemgetter("reported"), steps))
+    times = list(map(itemgetter("step_time_s"), steps))
+    if None in reported or None in times or min(times) <= 0 or set(map(type, map(itemgetter("step"), steps))) != {int}:
+        return False
+    tokens = tokens_of(steps[0], gbs, seq, None)
+    for name in ("global_batch_size", "actual_seqlen"):  # what ``tokens_of`` reads from each step
+        printed = list(map(methodcaller("get", name), reported))
+        if printed.count(printed[0]) != len(printed):
+            return False
+    if tokens is None or (tokens_of(steps[-1], gbs, seq, None) != tokens):
+        return False
+    for i, step in enumerate(steps):
+        step["tokens"], step["warmup"] = tokens, i < warmup
+    return True
+
+
 def as_record(step: dict) -> StepRecord:
     """A result's step object (or a completed parsed step) as a step record."""
-    return StepRecord(**{name: step.get(name) for name in FIELD_NAMES})
+    try:
+        return StepRecord(*FIELD_VALUES(step))
+    except KeyError:  # a step object without some field (null)
+        return StepRecord(**{name: step.get(name) for name in FIELD_NAMES})
