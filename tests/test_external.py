@@ -46,7 +46,7 @@ def flag_values(argv):
     return values
 
 
-@pytest.mark.parametrize("framework", ["megatron", "primus", "nemo", "torchtitan"])
+@pytest.mark.parametrize("framework", ["megatron", "primus", "nemo", "torchtitan", "megatron_deepspeed"])
 def test_dry_run_saves_command_environment_and_files(tmp_path, framework):
     out = run_inprocess(tmp_path, [f"framework={framework}", *GPU])
     assert out.status == "dry_run"
@@ -68,13 +68,99 @@ def test_megatron_command_sets_every_hyperparameter():
                 "--adam-eps": opt.eps, "--clip-grad": opt.grad_clip, "--global-batch-size": 128,
                 "--micro-batch-size": 1, "--seq-length": 8192, "--train-iters": 50,
                 "--tensor-model-parallel-size": 2, "--pipeline-model-parallel-size": 1, "--num-query-groups": 8,
-                "--ffn-hidden-size": 14336, "--vocab-size": 128256, "--rotary-base": 500000}
+                "--ffn-hidden-size": 14336, "--rotary-base": 500000,
+                "--vocab-size": 128255}  # Megatron's null tokenizer adds its end-of-document id: 128256, the model's
     for flag, value in expected.items():
         assert float(flags[flag]) == pytest.approx(float(value)), flag
     for flag in ("--bf16", "--mock-data", "--swiglu", "--use-distributed-optimizer", "--use-rope-scaling",
                  "--untie-embeddings-and-output-weights", "--group-query-attention", "--log-throughput"):
         assert flags[flag] is True, flag
     assert argv[:3] == ["python", "-m", "torch.distributed.run"] and "--nproc_per_node=8" in argv
+
+
+def test_megatron_deepspeed_command_sets_every_hyperparameter():
+    """Flag names from Megatron-DeepSpeed's megatron/arguments.py and DeepSpeed's own --deepspeed_config."""
+    spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "parallelism.tp=2", "training.activation_checkpointing=full"])
+    launch = backends.load("megatron_deepspeed").launch(spec, plan, Path("/run/launch"))
+    flags = flag_values(launch.argv)
+    opt, m = spec.training.optimizer, spec.model
+    expected = {"--lr": opt.lr, "--min-lr": opt.min_lr, "--lr-warmup-iters": opt.warmup_steps,
+                "--weight-decay": opt.weight_decay, "--adam-beta1": opt.beta1, "--adam-beta2": opt.beta2,
+                "--adam-eps": opt.eps, "--clip-grad": opt.grad_clip, "--global-batch-size": 128,
+                "--micro-batch-size": 1, "--seq-length": 8192, "--train-iters": 50, "--num-layers": 32,
+                "--hidden-size": 4096, "--ffn-hidden-size": 14336, "--num-attention-heads": 32,
+                "--num-key-value-heads": 8, "--kv-channels": 128, "--rotary-position-embeddings-theta": 500000,
+                "--layernorm-epsilon": m.rms_norm_eps, "--tensor-model-parallel-size": 2,
+                "--pipeline-model-parallel-size": 1, "--zero-stage": 1, "--vocab-size": 128255}
+    for flag, value in expected.items():
+        assert float(flags[flag]) == pytest.approx(float(value)), flag
+    for flag in ("--bf16", "--swiglu", "--deepspeed", "--use-rotary-position-embeddings", "--disable-bias-linear",
+                 "--untie-embeddings-and-output-weights", "--no-pipeline-parallel", "--no-query-key-layer-scaling",
+                 "--deepspeed-activation-checkpointing"):
+        assert flags[flag] is True, flag
+    assert (flags["--normalization"], flags["--tokenizer-type"], flags["--recompute-granularity"]) == \
+        ("rmsnorm", "NullTokenizer", "full")
+    assert flags["--data-path"] == "/run/launch/data/synthetic_text_document"
+    assert flags["--deepspeed_config"] == "/run/launch/deepspeed_config.json"
+    config = json.loads(launch.files["deepspeed_config.json"])
+    assert config["zero_optimization"]["stage"] == 1 and config["bf16"]["enabled"] is True
+    assert "optimizer" not in config  # Megatron-DeepSpeed builds its optimizer from --lr, --adam-beta1, ...
+
+
+def test_deepspeed_accepts_the_generated_engine_config():
+    """DeepSpeed's own config class checks the batch arithmetic (train batch = micro batch x accumulation x dp)."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from tprimat.backends.external.megatron_deepspeed import deepspeed_config
+
+    for layout in (["platform.devices_per_node=1"], ["parallelism.tp=8"]):  # dp = 1: DeepSpeed's world of one
+        spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                                "training.micro_batch_size=2", *layout])
+        ds = DeepSpeedConfig(deepspeed_config(spec, plan))
+        assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == \
+            (128, 2, plan.grad_accum_steps) and ds.zero_optimization_stage == spec.parallelism.zero_stage
+        broken = {**deepspeed_config(spec, plan), "gradient_accumulation_steps": plan.grad_accum_steps + 1}
+        with pytest.raises(AssertionError):
+            DeepSpeedConfig(broken)
+
+
+def test_the_synthetic_dataset_is_megatron_indexed_data(tmp_path):
+    """Megatron-Core's own builder, given the same tokens, writes the same index and tokens; its reader reads
+    every document back."""
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    core = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    from tprimat.backends.external import indexed_dataset
+
+    for vocab in (50257, 128256):  # uint16 and int32 token files
+        ours = tmp_path / f"ours{vocab}" / "synthetic"
+        info = indexed_dataset.write(ours, vocab, tokens_per_document=65, documents=10, seed=7)
+        read = core.IndexedDataset(str(ours))
+        assert len(read) == 10 and list(read.sequence_lengths) == [65] * 10 and list(read.document_indices) == \
+            list(range(11))
+        documents = [np.asarray(read[i]) for i in range(10)]
+        assert all(d.dtype == np.dtype(info["dtype"]) and 0 <= d.min() and d.max() < vocab for d in documents)
+        theirs = tmp_path / f"theirs{vocab}"
+        builder = core.IndexedDatasetBuilder(str(theirs) + ".bin", dtype=np.dtype(info["dtype"]).type)
+        for d in documents:
+            builder.add_item(torch.from_numpy(d.astype(np.int64)))
+            builder.end_document()
+        builder.finalize(str(theirs) + ".idx")
+        assert (ours.with_suffix(".idx").read_bytes(), ours.with_suffix(".bin").read_bytes()) == \
+            (Path(str(theirs) + ".idx").read_bytes(), Path(str(theirs) + ".bin").read_bytes())
+
+
+@pytest.mark.parametrize("overrides,rule", [
+    (["model=qwen"], "model.qkv_bias=true"), (["parallelism.cp=2"], "parallelism.cp=2"),
+    (["training.precision=fp8"], "training.precision=fp8"),
+    (["parallelism.pp=2", "parallelism.zero_stage=2"], "zero_stage=2 with pp=2"),
+])
+def test_megatron_deepspeed_refuses_what_it_cannot_express(overrides, rule):
+    spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            *overrides])
+    assert any(rule in problem for problem in backends.load("megatron_deepspeed").check(spec, plan))
 
 
 def test_primus_experiment_states_every_override():
@@ -273,6 +359,32 @@ def test_runner_streams_parses_and_audits_a_real_primus_log(tmp_path, monkeypatc
     assert lr["requested"] == 3e-4 and lr["effective"] == 1e-5 and not lr["ok"]
     assert any("lr requested 0.0003 but the framework ran 1e-05" in f for f in outcome.audit_failures)
     assert all(c["ok"] for c in result["checks"] if c["key"] not in ("lr",))
+
+
+def megatron_deepspeed_lines(steps: int) -> str:
+    """Megatron-DeepSpeed's iteration lines (its training_log: consumed tokens, samples per second, TFLOPs)."""
+    return "".join(
+        f" iteration {i:>8}/      50 | consumed samples: {128 * i:>12} | consumed tokens: {128 * 8192 * i:>12} | "
+        f"elapsed time per iteration (ms): {2000 + i:.1f} | learning rate: {3e-4 * min(1, i / 10):.3E} | global batch "
+        f"size:   128 | lm loss: 1.05E+01 | loss scale: 1.0 | actual seqlen:  8192 | number of skipped iterations:   0"
+        f" | number of nan iterations:   0 | samples per second: {128 / (2 + i / 1000):.3f} | TFLOPs: 410.52 |\n"
+        for i in range(1, steps + 1))
+
+
+@pytest.mark.slow
+def test_megatron_deepspeed_run_writes_its_dataset_streams_and_audits(tmp_path, monkeypatch):
+    backend = backends.load("megatron_deepspeed")
+    spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "training.micro_batch_size=2", "training.optimizer.lr=3e-4", "benchmark.warmup_steps=2"])
+    replay(backend, monkeypatch, ARGS_DUMP.format(lr="0.0003") + megatron_deepspeed_lines(12))
+    records = []
+    outcome = backend.run(spec, plan, records.append, tmp_path)
+    assert [r.step for r in records] == list(range(1, 13)) and records[0].warmup and not records[2].warmup
+    assert records[4].step_time_s == pytest.approx(2.005) and records[4].tokens == 128 * 8192
+    assert records[4].reported["tflops_per_gpu"] == 410.52 and records[4].reported["samples_per_s"] > 0
+    assert outcome.audit["passed"] and {c["key"] for c in outcome.audit["checks"]} >= {"lr", "global_batch_size"}
+    data = tmp_path / "launch" / "data" / "synthetic_text_document"
+    assert data.with_suffix(".idx").exists() and data.with_suffix(".bin").stat().st_size == 1024 * 8193 * 4
 
 
 def test_audit_passes_when_the_framework_ran_the_spec():

@@ -23,8 +23,8 @@ def sweep(tmp_path, *overrides):
 @pytest.mark.parametrize("preset,points,keys", [
     ("nvidia_all", 10, {("nemo", "llama"), ("megatron", "qwen"), ("deepspeed", "llama"), ("transformers", "qwen"),
                         ("native", "llama")}),
-    ("amd_all", 10, {("primus", "llama"), ("nemo", "qwen"), ("transformers", "llama"), ("deepspeed", "qwen"),
-                     ("native", "qwen")}),
+    ("amd_all", 12, {("primus", "llama"), ("nemo", "qwen"), ("transformers", "llama"), ("deepspeed", "qwen"),
+                     ("native", "qwen"), ("megatron_deepspeed", "llama")}),
     ("seed_gpt2_single", 8, {("native", "gpt2"), ("native", "gpt2_xl")}),
     ("seed_gpt2_ddp", 8, {("native", "gpt2"), ("native", "gpt2_xl")}),
     ("seed_70b_proxy_fsdp", 4, {("native", "llama70b_proxy")}),
@@ -33,6 +33,10 @@ def test_every_preset_plans_its_matrix_on_a_cpu(tmp_path, preset, points, keys):
     results = sweep(tmp_path, f"experiment={preset}")
     assert len(results) == points and {r["status"] for r in results} == {"dry_run"}
     assert keys <= {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]) for r in results}
+    if preset == "amd_all":  # Megatron-DeepSpeed cannot express Qwen's QKV-only bias: planned, refused by name
+        problems = {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]): " ".join(r["plan"]["backend_problems"])
+                    for r in results}
+        assert [point for point, said in problems.items() if "qkv_bias" in said] == [("megatron_deepspeed", "qwen")]
     if preset.startswith("seed_gpt2"):
         combos = {(r["spec"]["training"]["precision"], r["spec"]["training"]["compile"]) for r in results}
         assert combos == {("bf16", False), ("bf16", True), ("fp8", False), ("fp8", True)}
@@ -58,7 +62,8 @@ def test_frameworks_selects_the_points_of_a_platform_preset(tmp_path):
 @pytest.mark.parametrize("framework,fsdp,zero,recompute", [("native", True, 0, "selective"),
                                                            ("deepspeed", False, 3, "selective"),
                                                            ("transformers", False, 0, "full"),
-                                                           ("megatron", False, 1, "selective")])
+                                                           ("megatron", False, 1, "selective"),
+                                                           ("megatron_deepspeed", False, 1, "selective")])
 def test_maximum_performance_maps_the_tuned_settings_per_framework(framework, fsdp, zero, recompute):
     cfg = compose_config(["platform=nvidia", f"framework={framework}"])
     assert (cfg.parallelism.fsdp, cfg.parallelism.zero_stage, cfg.training.activation_checkpointing) == \

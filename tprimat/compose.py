@@ -37,10 +37,11 @@ def sharding_for(tuned_fsdp: bool, framework: str) -> bool:
 
 
 def zero_stage_for(tuned_fsdp: bool, framework: str) -> int:
-    """DeepSpeed shards with ZeRO-3; Megatron-LM, Primus and NeMo with their distributed optimizer (ZeRO-1)."""
+    """DeepSpeed shards with ZeRO-3; Megatron-LM, Primus and NeMo with their distributed optimizer (ZeRO-1);
+    Megatron-DeepSpeed with ZeRO-1 (its pipeline engine runs stage 0 or 1 only)."""
     if not tuned_fsdp:
         return 0
-    return {"deepspeed": 3, "megatron": 1, "primus": 1, "nemo": 1}.get(framework, 0)
+    return {"deepspeed": 3, "megatron": 1, "primus": 1, "nemo": 1, "megatron_deepspeed": 1}.get(framework, 0)
 
 
 def recompute_for(tuned: str, framework: str) -> str:

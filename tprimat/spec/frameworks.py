@@ -38,6 +38,7 @@ for _name, _desc in (
     ("primus", "AMD Primus experiment YAML + run_pretrain.sh"),
     ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment"),
     ("torchtitan", "torchtitan train with config overrides"),
+    ("megatron_deepspeed", "Megatron-DeepSpeed pretrain_gpt.py under torchrun with a generated DeepSpeed config"),
 ):
     register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True))
 

@@ -35,8 +35,10 @@ from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
 from tprimat.spec.schema import TprimatConf, ac_period, padded_vocab
 
 GIB = 2**30
-BF16_MODEL_COPY_FRAMEWORKS = ("megatron", "nemo", "primus")
-VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan")  # logits stay sharded over tp
+# bf16 weights, fp32 gradients and fp32 master weights + moments (Megatron-DeepSpeed: DeepSpeed's bf16 optimizer)
+BF16_MODEL_COPY_FRAMEWORKS = ("megatron", "nemo", "primus", "megatron_deepspeed")
+VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan", "megatron_deepspeed")  # logits
+# stay sharded over tp
 AUTOCAST_FRAMEWORKS = ("native",)  # bf16 autocast over fp32 weights without FSDP2
 
 

@@ -23,6 +23,7 @@ from tprimat.backends.common import (
     pick_device,
     run_repeats,
 )
+from tprimat.backends.ds.config import engine_config
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.parallelize import apply_activation_checkpointing
 from tprimat.spec.plan import Plan
@@ -30,22 +31,10 @@ from tprimat.spec.schema import TprimatConf, ac_period
 
 
 def ds_config(spec: TprimatConf, plan: Plan) -> dict:
-    tr, opt = spec.training, spec.training.optimizer
-    config = {
-        "train_batch_size": tr.global_batch_size,
-        "train_micro_batch_size_per_gpu": tr.micro_batch_size,
-        "gradient_accumulation_steps": plan.grad_accum_steps,
-        "gradient_clipping": opt.grad_clip,
-        "bf16": {"enabled": tr.precision == "bf16"},
-        "zero_optimization": {"stage": spec.parallelism.zero_stage},
-        "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": [opt.beta1, opt.beta2], "eps": opt.eps,
-                                                  "weight_decay": opt.weight_decay, "torch_adam": True}},
-        "steps_per_print": 10**9,  # tprimat logs every step itself
-        "wall_clock_breakdown": False,
-    }
-    if spec.parallelism.zero_stage == 3:
-        config["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "contiguous_gradients": True})
-    return config
+    opt = spec.training.optimizer
+    return {**engine_config(spec, plan),
+            "optimizer": {"type": "AdamW", "params": {"lr": opt.lr, "betas": [opt.beta1, opt.beta2], "eps": opt.eps,
+                                                      "weight_decay": opt.weight_decay, "torch_adam": True}}}
 
 
 class DeepSpeedTrainer:

@@ -35,7 +35,8 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "use_distributed_optimizer": True if par.zero_stage >= 1 else None,
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
         "fp8_format": "hybrid" if tr.precision == "fp8" else None, **recompute,
-        "mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size,
+        # the null tokenizer adds one id (its end of document) to --vocab-size: the model's vocabulary is the spec's
+        "mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1,
         "make_vocab_size_divisible_by": 128, "seed": tr.seed, "log_interval": 1, "log_throughput": True,
         "eval_iters": 0, "eval_interval": tr.max_steps + 1, "distributed_backend": "nccl",
     }

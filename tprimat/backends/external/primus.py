@@ -28,6 +28,7 @@ def experiment(spec: TprimatConf, plan: Plan, workspace: str) -> dict:
         name, convert = FLAG_ONLY.get(key, (key, lambda v: v))
         overrides[name] = convert(value)
     overrides.setdefault("fp8", None)  # Primus merges keys silently: state "no fp8" instead of inheriting it
+    overrides["vocab_size"] = spec.model.vocab_size  # Primus sets its own tokenizer (the -1 is for the null one)
     model_yaml = spec.framework.recipe or MODEL_YAML.get(spec.model.name) or FAMILY_YAML[spec.model.family]
     return {"work_group": "tprimat", "user_name": "tprimat", "exp_name": f"{spec.model.name}-{spec.framework.name}",
             "workspace": workspace,
