@@ -147,3 +147,46 @@ def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_
 
     steps = json.loads((tmp_path / "result.json").read_text())["steps"]
     assert steps[-1]["loss"] < steps[0]["loss"]
+
+
+def test_a_tied_model_stays_tied_through_meta_initialisation():
+    """Built on the meta device and materialised (as every native run is), GPT-2's output head is still the
+    embedding's parameter: the trained model has the parameters the plan counts (Hugging Face's count)."""
+    import torch
+
+    from tprimat.backends.native.train import NativeTrainer, embeddings_tied
+    from tprimat.compose import compose
+    from tprimat.spec.build import build_spec
+    from tprimat.spec.detect import DetectedHardware
+    from tprimat.spec.plan import make_plan
+
+    hw = DetectedHardware("none", "no live hardware", 0, 0.0, None)
+    spec = build_spec(compose(["model=gpt2_tiny", "platform=cpu", "training.seq_length=32"]), hw)
+    plan = make_plan(spec, hw)
+    trainer = NativeTrainer(spec, plan, torch.device("cpu"))
+    trainer.step(0)
+    assert embeddings_tied(trainer.model) is True
+    assert sum(p.numel() for p in trainer.model.parameters()) == plan.params_total
+    assert trainer.effective_settings()["embeddings_tied"] is True
+
+
+@pytest.mark.slow
+def test_tensor_parallel_keeps_the_tie_and_the_losses_of_data_parallel(tmp_path):
+    """Under tp=2 the output head shares the vocabulary-sharded embedding (as Megatron's tied embedding does): the
+    same model as DDP's, so the same losses from the same initial values, and no untied warning."""
+    import json
+
+    from tests.conftest import run_launch
+
+    losses, warnings = {}, {}
+    for tp in (1, 2):
+        out = tmp_path / f"tp{tp}"
+        out.mkdir()
+        proc = run_launch(out, "model=gpt2_tiny", "platform=cpu", "training.max_steps=3", "benchmark.warmup_steps=1",
+                          "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
+                          "platform.devices_per_node=2", f"parallelism.tp={tp}")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        result = json.loads((out / "result.json").read_text())
+        losses[tp], warnings[tp] = [s["loss"] for s in result["steps"]], result["warnings"]
+    assert losses[2] == pytest.approx(losses[1], rel=1e-5)
+    assert not any("tie_embeddings" in w for w in warnings[1] + warnings[2])

@@ -4,6 +4,7 @@ run writing a trace and a breakdown that compare tabulates and plots, and the ru
 import json
 
 import pytest
+import torch
 
 from tests.conftest import QUICK, run_inprocess
 from tprimat.measure.profile import category, device_breakdown, host_breakdown, intersection_s, top_kernels, union_s
@@ -71,6 +72,11 @@ def test_a_profiled_cpu_run_writes_a_trace_and_a_breakdown_compare_shows(tmp_pat
     assert b["step_s"] == pytest.approx(sum(s["step_time_s"] for s in out.result["steps"] if s["step"] in (3, 4)) / 2)
     assert any(k["name"] == "aten::mm" for k in prof["top"])
     assert prof["overhead"]["ratio"] > 0  # profiled steps 3-4 against unprofiled measured steps 5-6
+    memory = prof["memory"]["by_category"]  # MemTracker over step 3: fp32 weights, AdamW's two moments alive
+    params_gib = out.result["plan"]["params_total"] * 4 / 2**30
+    assert memory["tracked"] and memory["parameters_gib"] == pytest.approx(params_gib, rel=1e-6)
+    assert memory["optimizer_gib"] >= 2 * params_gib and memory["total_gib"] >= memory["parameters_gib"] + \
+        memory["optimizer_gib"] and prof["memory"]["allocator"] is None  # the CUDA allocator's peaks: GPUs only
     report = tmp_path / "report"
     proc = compare(run_dir, "--out", report)
     assert proc.returncode == 0, proc.stderr
@@ -78,6 +84,33 @@ def test_a_profiled_cpu_run_writes_a_trace_and_a_breakdown_compare_shows(tmp_pat
     assert (report / "plots" / "breakdown.png").stat().st_size > 0
     groups = json.loads((report / "comparison.json").read_text())["groups"]
     assert groups[0]["breakdown"]["seconds_per_step"]["matmul"] == pytest.approx(b["seconds_per_step"]["matmul"])
+
+
+def test_memory_is_not_tracked_by_category_where_memtracker_cannot_follow(tmp_path):
+    out = run_inprocess(tmp_path, [*QUICK, "model=gpt2_tiny", "training.max_steps=4", "benchmark.warmup_steps=2",
+                                   "profile.enabled=true", "training.compile=true", "benchmark.telemetry=false"])
+    assert out.status == "ok", out.result["error"]
+    memory = out.result["profile"]["memory"]["by_category"]
+    assert memory == {"tracked": False, "reason": "not tracked: training.compile=true (compiled graphs run below "
+                                                  "MemTracker's dispatch mode)"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA caching allocator's snapshot needs a GPU")
+def test_an_out_of_memory_error_names_the_allocator_snapshot(tmp_path):
+    from tprimat.backends.native.backend import out_of_memory
+    from tprimat.measure.memory_profile import record_history
+
+    device = torch.device("cuda")
+    record_history(device)
+    try:
+        torch.empty(2**50, dtype=torch.uint8, device=device)  # a petabyte
+    except torch.OutOfMemoryError as exc:
+        error = out_of_memory(exc, device, tmp_path)
+    assert "allocator snapshot: profile/oom_snapshot_rank0.pickle" in str(error)
+    import pickle
+
+    snapshot = pickle.loads((tmp_path / "profile" / "oom_snapshot_rank0.pickle").read_bytes())
+    assert "segments" in snapshot and "device_traces" in snapshot
 
 
 @pytest.mark.parametrize("overrides,expected", [

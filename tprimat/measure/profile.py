@@ -111,6 +111,16 @@ class StepProfiler:
         self.rank, self.device, self.out_dir = rank, device, out_dir
         self.profiler = None
         self.step_times: dict[int, float] = {}
+        self.memory_modules: tuple = ()  # tracked by category over the first profiled step (``track_memory``)
+        self.memory: dict = {"tracked": False, "reason": "not requested"}
+
+    def track_memory(self, *modules, unsupported: Optional[str] = None) -> None:
+        """Track ``modules`` (model, optimizer) by memory category over the first profiled step; ``unsupported``:
+        why this run's layout cannot be followed (recorded instead)."""
+        if unsupported:
+            self.memory = {"tracked": False, "reason": unsupported}
+        else:
+            self.memory_modules = modules
 
     def wrap(self, step_fn: Callable) -> Callable:
         if not self.active:
@@ -120,7 +130,14 @@ class StepProfiler:
             number = step + 1
             if number == self.first:
                 self._start()
-            out = step_fn(step)
+            if number == self.first and self.memory_modules:
+                from tprimat.measure.memory_profile import CategoryTracker
+
+                with CategoryTracker(self.device, *self.memory_modules) as tracker:
+                    out = step_fn(step)
+                self.memory = tracker.result
+            else:
+                out = step_fn(step)
             if number == self.last and self.profiler is not None:
                 if self.device.type == "cuda":
                     import torch
@@ -150,7 +167,10 @@ class StepProfiler:
                     "unprofiled_step_s_median": statistics.median(others) if others else None}
         if profiled and others:
             overhead["ratio"] = overhead["profiled_step_s_median"] / overhead["unprofiled_step_s_median"]
-        out = {"tool": "torch", "steps": [self.first, self.last], "rank": self.rank, "overhead": overhead}
+        from tprimat.measure.memory_profile import allocator_peaks
+
+        out = {"tool": "torch", "steps": [self.first, self.last], "rank": self.rank, "overhead": overhead,
+               "memory": {"by_category": self.memory, "allocator": allocator_peaks(self.device)}}
         if self.profiler is None:
             return {**out, "trace": None, "breakdown": None, "top": []}
         trace = None

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from tprimat.backends.base import Backend, RunOutcome, StepSink
 from tprimat.backends.common import measure_steps, pick_device, run_repeats
 from tprimat.backends.native.train import NativeTrainer
+from tprimat.measure import memory_profile
 from tprimat.measure.profile import StepProfiler
 from tprimat.spec.compat import CUDA_GRAPH_MODES, TE_RECIPES
 from tprimat.spec.plan import Plan
@@ -75,6 +77,8 @@ class NativeBackend(Backend):
         def run_once(repeat: int) -> dict:
             trainer = NativeTrainer(spec, plan, device)
             profiler = step_profiler(spec, device, run_dir) if spec.profile.enabled and repeat == 0 else None
+            if profiler is not None:
+                profiler.track_memory(trainer.model, trainer.optimizer, unsupported=untracked_memory(spec))
             records: list = []
 
             def sink(record) -> None:
@@ -86,7 +90,43 @@ class NativeBackend(Backend):
                 sections["profile"] = profiler.section(records)
             return trainer.effective_settings()
 
-        return RunOutcome(effective=run_repeats(spec, run_once), sections=sections)
+        if spec.profile.enabled:
+            memory_profile.record_history(device)  # an out-of-memory snapshot then holds the allocation history
+        try:
+            effective = run_repeats(spec, run_once)
+        except torch.OutOfMemoryError as exc:
+            raise out_of_memory(exc, device, run_dir) from exc
+        return RunOutcome(effective=effective, sections=sections, audit_failures=untied(spec, plan, effective))
+
+
+def untied(spec: TprimatConf, plan: Plan, effective: dict) -> list[str]:
+    """A tied model that this layout trains with its embedding and output head as two weights: flagged."""
+    if not spec.model.tie_embeddings or effective.get("embeddings_tied") is not False:
+        return []
+    return [f"model.tie_embeddings=true: this layout (tp={plan.tp}, pp={plan.pp}) trains the embedding and the "
+            "output head as two weights on this rank, a larger model than the plan counts"]
+
+
+def untracked_memory(spec: TprimatConf) -> Optional[str]:
+    """Why MemTracker cannot attribute this run's memory by category (it follows eager modules on one stage)."""
+    if spec.training.compile:
+        return "not tracked: training.compile=true (compiled graphs run below MemTracker's dispatch mode)"
+    if spec.parallelism.fsdp:
+        return "not tracked: parallelism.fsdp=true (FSDP2 re-gathers parameters inside the step)"
+    if spec.parallelism.pp > 1:
+        return "not tracked: parallelism.pp > 1 (the pipeline schedule runs the stage's micro batches)"
+    return None
+
+
+def out_of_memory(exc: torch.OutOfMemoryError, device: torch.device, run_dir) -> torch.OutOfMemoryError:
+    """The error again, naming the allocator snapshot written beside the result (CUDA)."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    out = Path(run_dir) / "profile" if run_dir is not None else None
+    name = memory_profile.dump_snapshot(device, out, rank)
+    where = f"; allocator snapshot: profile/{name} (open at https://pytorch.org/memory_viz)" if name else ""
+    return torch.OutOfMemoryError(f"{exc}{where}")
 
 
 def step_profiler(spec: TprimatConf, device: torch.device, run_dir) -> StepProfiler:

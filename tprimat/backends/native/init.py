@@ -47,13 +47,25 @@ def initial_value(name: str, shape: torch.Size, cfg: ModelConf, seed: int, devic
     return torch.empty(shape, device=device).normal_(0.0, std, generator=generator)
 
 
+def to_empty_keeping_ties(model: nn.Module, device: torch.device) -> None:
+    """``model.to_empty(device)`` with tied parameters (GPT-2's embedding and output head) still one parameter:
+    a plain ``to_empty`` gives each module its own new tensor off the meta device, silently untying them; with
+    the swap conversion each parameter object keeps its identity, and with it every module that holds it."""
+    before = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(before)
+
+
 def materialize(model: nn.Module, cfg: ModelConf, seed: int, device: torch.device) -> None:
     """Allocate this rank's shards of a meta-device model on ``device`` and give them their initial values."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     from tprimat.backends.native.model import head_dim_of, rope_frequencies
 
-    model.to_empty(device=device)
+    to_empty_keeping_ties(model, device)
     with torch.no_grad():
         for fqn, param in model.named_parameters():
             full = initial_value(canonical(fqn), param.shape, cfg, seed, device)

@@ -88,6 +88,11 @@ def apply_tensor_parallel(model: nn.Module, layout: Layout, sequence_parallel: b
         if sequence_parallel:
             top["norm"] = SequenceParallel()
     parallelize_module(model, tp_mesh, top)
+    if model.cfg.tie_embeddings and model.tok_embeddings is not None and model.output is not None and \
+            model.output.weight.placements == model.tok_embeddings.weight.placements:
+        # both sharded along the vocabulary: the head takes the embedding's parameter again (parallelize_module
+        # gave each its own), as Megatron's vocabulary-parallel tied embedding does
+        model.output.weight = model.tok_embeddings.weight
     for block in model.layers.values():
         plan = {
             "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),

@@ -18,6 +18,15 @@ from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
 
+def embeddings_tied(model: nn.Module):
+    """Whether the output head holds the embedding's very parameter on this rank (None: a stage without both)."""
+    inner = getattr(model, "module", model)  # DDP wraps the model
+    embedding, output = getattr(inner, "tok_embeddings", None), getattr(inner, "output", None)
+    if embedding is None or output is None:
+        return None
+    return output.weight is embedding.weight
+
+
 class NativeTrainer:
     def __init__(self, spec: TprimatConf, plan: Plan, device: torch.device, layout: Layout | None = None):
         self.spec, self.plan, self.device = spec, plan, device
@@ -119,7 +128,7 @@ class NativeTrainer:
                 "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
                            "fsdp": isinstance(self.model, FSDPModule),
                            "ddp": isinstance(self.model, DistributedDataParallel)},
-                **optimisations(self.model)}
+                "embeddings_tied": embeddings_tied(self.model), **optimisations(self.model)}
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
