@@ -95,6 +95,19 @@ def test_memory_is_not_tracked_by_category_where_memtracker_cannot_follow(tmp_pa
                                                   "MemTracker's dispatch mode)"}
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA caching allocator needs a GPU")
+def test_the_allocator_peaks_read_the_allocators_own_counters():
+    from tprimat.measure.memory_profile import allocator_peaks
+
+    device = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats(device)
+    block = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)  # 256 MiB
+    peaks = allocator_peaks(device)
+    assert peaks["allocated_peak_gib"] >= 0.25 and peaks["reserved_peak_gib"] >= peaks["allocated_peak_gib"]
+    assert peaks["allocated_peak_gib"] == torch.cuda.max_memory_allocated(device) / 2**30
+    del block
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA caching allocator's snapshot needs a GPU")
 def test_an_out_of_memory_error_names_the_allocator_snapshot(tmp_path):
     from tprimat.backends.native.backend import out_of_memory
