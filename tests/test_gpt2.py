@@ -171,22 +171,25 @@ def test_a_tied_model_stays_tied_through_meta_initialisation():
 
 
 @pytest.mark.slow
-def test_tensor_parallel_keeps_the_tie_and_the_losses_of_data_parallel(tmp_path):
-    """Under tp=2 the output head shares the vocabulary-sharded embedding (as Megatron's tied embedding does): the
-    same model as DDP's, so the same losses from the same initial values, and no untied warning."""
+def test_tensor_parallel_and_fsdp_keep_the_tie_and_the_losses_of_data_parallel(tmp_path):
+    """Under tp=2 the output head shares the vocabulary-sharded embedding (as Megatron's tied embedding does), and
+    FSDP2 shards the one tied parameter: the same model as DDP's, so the same losses from the same initial
+    values, and no untied warning."""
     import json
 
     from tests.conftest import run_launch
 
     losses, warnings = {}, {}
-    for tp in (1, 2):
-        out = tmp_path / f"tp{tp}"
+    for name, layout in (("ddp", "parallelism.tp=1"), ("tp", "parallelism.tp=2"), ("fsdp", "parallelism.fsdp=true")):
+        out = tmp_path / name
         out.mkdir()
         proc = run_launch(out, "model=gpt2_tiny", "platform=cpu", "training.max_steps=3", "benchmark.warmup_steps=1",
                           "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
-                          "platform.devices_per_node=2", f"parallelism.tp={tp}")
+                          "platform.devices_per_node=2", layout)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         result = json.loads((out / "result.json").read_text())
-        losses[tp], warnings[tp] = [s["loss"] for s in result["steps"]], result["warnings"]
-    assert losses[2] == pytest.approx(losses[1], rel=1e-5)
-    assert not any("tie_embeddings" in w for w in warnings[1] + warnings[2])
+        losses[name], warnings[name] = [s["loss"] for s in result["steps"]], result["warnings"]
+        assert result["framework"]["effective"]["embeddings_tied"] is True
+    assert losses["tp"] == pytest.approx(losses["ddp"], rel=1e-5) and losses["fsdp"] == pytest.approx(losses["ddp"],
+                                                                                                      rel=1e-5)
+    assert not any("tie_embeddings" in w for ws in warnings.values() for w in ws)
