@@ -84,6 +84,8 @@ def test_a_profiled_cpu_run_writes_a_trace_and_a_breakdown_compare_shows(tmp_pat
     assert (report / "plots" / "breakdown.png").stat().st_size > 0
     groups = json.loads((report / "comparison.json").read_text())["groups"]
     assert groups[0]["breakdown"]["seconds_per_step"]["matmul"] == pytest.approx(b["seconds_per_step"]["matmul"])
+    assert groups[0]["memory"]["by_category"]["optimizer_gib"] == memory["optimizer_gib"]  # one run: its own
+    assert "## Where the memory goes (profiled step's peak)" in (report / "report.md").read_text()
 
 
 def test_memory_is_not_tracked_by_category_where_memtracker_cannot_follow(tmp_path):

@@ -1,5 +1,6 @@
-"""Where each group's step time goes, from its profiled runs (``profile.breakdown`` in the results): the table
-and the stacked bars that answer "why is B faster than A". Reads results only."""
+"""Where each group's step time and memory go, from its profiled runs (``profile.breakdown`` and
+``profile.memory`` in the results): the tables and the stacked bars that answer "why is B faster than A" and
+"why does B fit where A does not". Reads results only."""
 
 from __future__ import annotations
 
@@ -42,6 +43,37 @@ def table(groups: list[Group]) -> list[list[str]]:
 
 
 HEADERS = ["group", *[f"{c} ms (share)" for c in CATEGORIES], "comm. overlapped ms", "basis"]
+MEMORY = ("parameters_gib", "gradients_gib", "optimizer_gib", "activations_gib", "temporaries_gib", "buffers_gib",
+          "other_gib", "total_gib")
+MEMORY_HEADERS = ["group", *[m.removesuffix("_gib") + " GiB" for m in MEMORY], "allocator peak GiB",
+                  "allocator reserved GiB"]
+
+
+def group_memory(group: Group) -> Optional[dict]:
+    """GiB by category at the profiled step's peak, and the allocator's peaks: medians over the group's runs
+    that tracked them; None if none did."""
+    found = [((run.result.get("profile") or {}).get("memory")) for run in group.runs]
+    tracked = [m["by_category"] for m in found if m and (m.get("by_category") or {}).get("tracked")]
+    allocator = [m["allocator"] for m in found if m and m.get("allocator")]
+    if not tracked and not allocator:
+        return None
+    median = lambda rows, key: statistics.median(r[key] for r in rows) if rows else None  # noqa: E731
+    return {"by_category": {k: median(tracked, k) for k in MEMORY} if tracked else None,
+            "allocated_peak_gib": median(allocator, "allocated_peak_gib"),
+            "reserved_peak_gib": median(allocator, "reserved_peak_gib"), "runs": max(len(tracked), len(allocator))}
+
+
+def memory_table(groups: list[Group]) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        m = group_memory(g)
+        if m is None:
+            continue
+        by = m["by_category"] or {}
+        shown = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        rows.append([g.label, *[shown(by.get(k)) for k in MEMORY], shown(m["allocated_peak_gib"]),
+                     shown(m["reserved_peak_gib"])])
+    return rows
 
 
 def plot(groups: list[Group], out: Path) -> Optional[Path]:

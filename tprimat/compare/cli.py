@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tprimat.compare import plots as plotting
-from tprimat.compare.breakdown import group_breakdown
+from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.gate import gate
 from tprimat.compare.groups import build_groups, ceilings_from, group_summary
 from tprimat.compare.load import load
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         pngs = plotting.all_plots(groups, out / "plots")
         tables = write_tables(groups, out)
         (out / "comparison.json").write_text(json.dumps(
-            {"groups": [{**group_summary(g), "breakdown": group_breakdown(g)} for g in groups],
+            {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g)}
+                        for g in groups],
              "speedups": [s.as_dict() for s in found]}, indent=2))
         md = write_report(groups, found, report.skipped, pngs, out, args.aggregate)
         print(f"wrote {md}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")

@@ -37,6 +37,12 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
         lines += ["", "Milliseconds per profiled step by category (GPU: kernel time on the device, idle = no kernel "
                   "running; CPU: operators' self time on the training thread); `profile.overhead` in each result "
                   "compares profiled and unprofiled steps."]
+    memory_rows = breakdown.memory_table(groups)
+    if memory_rows:
+        lines += ["", "## Where the memory goes (profiled step's peak)", ""]
+        lines += _md_table(breakdown.MEMORY_HEADERS, memory_rows)
+        lines += ["", "What was alive when the first profiled step's memory peaked, by category (MemTracker), and "
+                  "the CUDA caching allocator's own peaks (GPUs)."]
     lines += ["", "Prices: " + "; ".join(sorted({g.metrics['price_source'] for g in groups})) + ".", ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in plots] + [""]
