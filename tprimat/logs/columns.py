@@ -48,23 +48,30 @@ def table(lines: list[str], min_chars: int) -> Optional[Table]:
     return Table(texts[0::width], keys, values)
 
 
-def numbers(texts: list[str], parse: Callable[[str], Pair]) -> tuple[list, Optional[list], list[str]]:
+def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[float] = None
+            ) -> tuple[list, Optional[list], list[str]]:
     """A column of value texts -> (current values, running averages or None when no value has one, the texts
-    read other than by ``float``), each value as ``parse`` reads it. Plain numbers convert in one ``map``; a
-    column of one repeated text (batch size, loss scale, counters) is parsed once and shares one number."""
+    read other than by ``float``), each value as ``parse`` reads it (divided by ``divisor`` when given: a
+    millisecond column in seconds). Plain numbers convert in C-level ``map``s, each distinct text once (repeated
+    values share one number object); a column of one repeated text (batch size, loss scale, counters) is parsed
+    by ``parse`` once."""
+    scale = (lambda v: v) if divisor is None else (lambda v: None if v is None else v / divisor)  # noqa: E731
     if texts.count(texts[0]) == len(texts):
-        current, average = parse(texts[0])
+        current, average = map(scale, parse(texts[0]))
         unread = [] if plain(texts[0]) else texts[:1]
         return [current] * len(texts), (None if average is None else [average] * len(texts)), unread
+    distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
     try:
-        current = list(map(float, texts))
+        value_of = dict(zip(distinct, map(float, distinct)))
     except ValueError:
         pairs = list(map(parse, texts))
-        averages = [p[1] for p in pairs]
-        return [p[0] for p in pairs], (averages if any(a is not None for a in averages) else None), texts
-    if not all(map(math.isfinite, current)):
-        current = [v if math.isfinite(v) else None for v in current]
-    return current, None, []
+        averages = [scale(p[1]) for p in pairs]
+        return [scale(p[0]) for p in pairs], (averages if any(a is not None for a in averages) else None), texts
+    if not all(map(math.isfinite, value_of.values())):
+        value_of = {t: (v if math.isfinite(v) else None) for t, v in value_of.items()}
+    if divisor is not None:
+        value_of = {t: scale(v) for t, v in value_of.items()}
+    return list(map(value_of.__getitem__, texts)), None, []
 
 
 def integers(texts: tuple[str, ...]) -> list[int]:

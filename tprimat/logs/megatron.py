@@ -41,10 +41,10 @@ ELAPSED = "elapsed time per iteration (ms)"
 
 @dataclass
 class TableFields:
-    own: dict  # step record field -> values (step_time_ms, loss, lr, grad_norm)
+    own: dict  # step record field -> values (step_time_s, loss, lr, grad_norm)
     reported_names: list  # ``reported`` keys in the order ``iteration`` inserts them
     reported_values: list  # one column per name after the first (total_iterations: from the heads)
-    echo_ms: Optional[list]  # the first elapsed-time column: what another rank's copy of a step adds
+    echo_s: Optional[list]  # the first elapsed-time column (s): what another rank's copy of a step adds
     unread: list  # texts not read as plain numbers: searched for facts and failures like any other line
 
 
@@ -58,10 +58,6 @@ def word_start(text: str, word: str) -> bool:
     if "" in pieces[1:-1]:  # a word right after another: its first letters before it
         return False
     return not WORD_CHAR.search("".join(piece[-1:] for piece in pieces[:-1]))
-
-
-def seconds(ms: list) -> list:
-    return [None if v is None else v / 1000 for v in ms]
 
 
 def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
@@ -145,33 +141,34 @@ class MegatronParser(StreamParser):
         """The table's value columns as the step records' fields and ``reported`` (as ``iteration`` reads each
         line), and the texts read other than as plain numbers; None when a column has running averages on some
         lines only (a line without one has no ``_running_avg`` key: read line by line)."""
-        fields = TableFields(own={}, reported_names=["total_iterations"], reported_values=[], echo_ms=None,
+        fields = TableFields(own={}, reported_names=["total_iterations"], reported_values=[], echo_s=None,
                              unread=[])
-        average_ms = None
+        average_s = None
         for key, texts in zip(table.keys, table.values):
             name = FIELDS.get(key.strip())
             if name is None:
                 fields.unread.extend(texts)
                 continue
-            current, average, unread = columns.numbers(texts, current_and_average)
+            in_ms = name == "step_time_ms"  # read as seconds, as ``iteration`` divides it
+            current, average, unread = columns.numbers(texts, current_and_average, divisor=1000 if in_ms else None)
             if average is not None and None in average:
                 return None
             fields.unread.extend(unread)
-            if fields.echo_ms is None and key.strip() == ELAPSED:
-                fields.echo_ms = current  # what another rank's copy of a step adds (``step_line``)
+            if fields.echo_s is None and key.strip() == ELAPSED:
+                fields.echo_s = current  # what another rank's copy of a step adds (``step_line``)
             if name in OWN:
-                fields.own[name] = current
+                fields.own["step_time_s" if in_ms else name] = current
             else:
                 fields.reported_names.append(name)
                 fields.reported_values.append(current)
-            if average is not None and name == "step_time_ms":
-                average_ms = average
+            if average is not None and in_ms:
+                average_s = average
             elif average is not None:
                 fields.reported_names.append(f"{name}_running_avg")
                 fields.reported_values.append(average)
-        if average_ms is not None:
+        if average_s is not None:
             fields.reported_names.append("step_time_s_running_avg")
-            fields.reported_values.append(seconds(average_ms))
+            fields.reported_values.append(average_s)
         return fields
 
     def table_steps(self, head: tuple, keys: list[int], totals: list[int], labels: list[str],
@@ -180,9 +177,8 @@ class MegatronParser(StreamParser):
             [int(label) if label else self.prefix_rank(text.rpartition("iteration")[0])
              for label, text in zip(labels, head)]
         blank = [None] * len(keys)
-        ms = fields.own.get("step_time_ms", blank)
-        times = seconds(ms)
-        echo_times = times if fields.echo_ms is None or fields.echo_ms is ms else seconds(fields.echo_ms)
+        times = fields.own.get("step_time_s", blank)
+        echo_times = times if fields.echo_s is None else fields.echo_s
         loss, lr, grad_norm = (fields.own.get(name, blank) for name in ("loss", "lr", "grad_norm"))
         reported = [totals, *fields.reported_values]
         names = fields.reported_names
