@@ -266,3 +266,16 @@ def test_completing_steps_at_once_equals_one_by_one():
     odd = copy.deepcopy(steps)
     odd[1]["reported"]["global_batch_size"] = 2 * odd[0]["reported"]["global_batch_size"]
     assert not complete_uniform(odd, None, 4096, warmup=2) and odd[1]["tokens"] is None  # per step, untouched
+
+
+def test_parsed_steps_read_as_step_records():
+    """A parsed step is the result's step object and reads as a step record: the same summary either way."""
+    from tprimat.results.metrics import summarize
+    from tprimat.results.records import FIELD_NAMES, as_record, complete_uniform
+
+    steps = parse_text(MEGATRON * 3, "megatron").steps
+    assert complete_uniform(steps, None, 4096, warmup=2)
+    records = [as_record(s) for s in steps]
+    assert all(getattr(s, name) == getattr(r, name) for s, r in zip(steps, records) for name in FIELD_NAMES)
+    assert summarize(steps, 8, 1e9, 989.0, timing="reported") == summarize(records, 8, 1e9, 989.0, timing="reported")
+    assert json.loads(json.dumps(steps)) == [dict(s) for s in steps]

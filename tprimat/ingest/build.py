@@ -21,6 +21,7 @@ from typing import Callable, Optional
 from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
 from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
+from tprimat.logs.stream import Step
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
 from tprimat.results.result import make_result, new_run_id
@@ -131,7 +132,8 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     marked = parsed.format in STEP_WARMUP_FORMATS and meta.warmup_steps is None
     steps = complete_steps(parsed.steps, st.spec, world, st.warnings, marked)
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
-    records = [as_record(s) for s in steps]  # for the summary only: the result writes ``steps`` themselves
+    # parsed steps read as records themselves; steps from other sources (TensorBoard, W&B) become records
+    records = steps if set(map(type, steps)) <= {Step} else [as_record(s) for s in steps]
     summary = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], timing="reported")
     if summary is not None:
         summary.update(infer_convention(parsed.format, records, st, plan["world_size"]))

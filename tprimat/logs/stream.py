@@ -16,12 +16,12 @@ from __future__ import annotations
 import operator
 import re
 from itertools import repeat
+from operator import itemgetter
 from typing import Callable, Iterable, Optional
 
 from tprimat.logs import facts as facts_mod
 from tprimat.logs.clean import PLAIN_LABEL, Line, clean
 
-Step = dict
 FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOfMemoryError", "NCCL Error",
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
@@ -240,7 +240,7 @@ class StreamParser:
         if rank == 0 and self.pending_rank not in (None, 0):  # rank 0's values are the step's
             kept = {k: held[k] for k in ("memory_gib", "peak_memory_gib") if held.get(k) is not None}
             step["reported"]["step_time_s_by_rank"] = by_rank
-            self.pending, self.pending_rank = {**step, **kept}, 0
+            self.pending, self.pending_rank = Step(step, **kept), 0
 
     def _watch_failure(self, text: str) -> None:
         if self.failure:
@@ -254,18 +254,29 @@ STEP_FIELDS = ("step", "step_time_s", "tokens", "loss", "lr", "grad_norm", "memo
                "warmup", "reported")
 
 
+class Step(dict):
+    """A parsed step: the result's step object itself (a dict keyed and ordered as ``STEP_FIELDS``), whose fields
+    also read as attributes (``step.step_time_s``), so that the summary reads parsed steps as it reads step
+    records, without a second object per step (a 300k-step log is held once)."""
+
+    __slots__ = ()
+
+
+for _field in STEP_FIELDS:
+    setattr(Step, _field, property(itemgetter(_field)))
+
+
 def new_steps(steps: list[int], reported: Iterable[dict], loss: list, lr: list, grad_norm: list,
               step_time_s: list) -> list[Step]:
     """``new_step`` of many steps at once (no memory figures), the dicts built by C-level ``map``."""
     values = zip(steps, step_time_s, repeat(None), loss, lr, grad_norm, repeat(None), repeat(None), repeat(0),
                  repeat(False), reported)
-    return list(map(dict, map(zip, repeat(STEP_FIELDS), values)))
+    return list(map(Step, map(zip, repeat(STEP_FIELDS), values)))
 
 
 def new_step(step: int, reported: dict, loss=None, lr=None, grad_norm=None, step_time_s=None,
              memory_gib=None, peak_memory_gib=None) -> Step:
     """A parsed step, keyed and ordered as the result's step object (``tprimat.results.records.FIELD_NAMES``):
     what the log does not state (tokens, warm-up) is filled in later, in place, by ``complete_step``."""
-    return {"step": step, "step_time_s": step_time_s, "tokens": None, "loss": loss, "lr": lr, "grad_norm": grad_norm,
-            "memory_gib": memory_gib, "peak_memory_gib": peak_memory_gib, "repeat": 0, "warmup": False,
-            "reported": reported}
+    return Step(step=step, step_time_s=step_time_s, tokens=None, loss=loss, lr=lr, grad_norm=grad_norm,
+                memory_gib=memory_gib, peak_memory_gib=peak_memory_gib, repeat=0, warmup=False, reported=reported)
