@@ -66,6 +66,17 @@ def test_mutated_lines_never_raise_in_any_parser_or_in_the_result(lines):
         assert result["status"] in ("ok", "failed") and validate_result(result) == []
 
 
+def test_a_count_printed_as_minus_one_states_nothing():
+    """Found by this fuzz test in CI: MLPerf's global batch size logged as -1 became the spec's (and a negative
+    tokens per step in the plan); a count that is not positive states nothing."""
+    lines = [':::MLLOG {"key": "global_batch_size", "value": -1, "time_ms": 1, "metadata": {}}']
+    for fmt in PARSERS:
+        parsed = parse_both_ways(fmt, lines)
+        assert "training.global_batch_size" not in parsed.facts
+        result = ingest_parsed(parsed, "fuzz.log", META, "0" * 64)
+        assert validate_result(result) == [] and result["plan"]["tokens_per_step"] != -128
+
+
 def test_a_step_number_too_long_for_int_is_skipped_on_both_paths():
     line = ("0: iteration " + "9" * 5000 + "/ 10 | consumed samples: 64 | elapsed time per iteration (ms): 900.0 | "
             "lm loss: 1.9 |")

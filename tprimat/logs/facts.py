@@ -53,9 +53,19 @@ def scalar(text: str):
     return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
 
 
+# Keys that count something: a printed 0 or -1 there (MLPerf's "global_batch_size": -1, an unset argument) states
+# nothing, it is no size a run can have.
+COUNTS = frozenset((*(v for k, v in ARGUMENTS.items() if k not in ("swiglu", "group_query_attention")),
+                    "torchtitan.local_batch_size", "mlperf.gradient_accumulation_steps", "platform.devices_per_node",
+                    "platform.nodes", "model.num_kv_heads"))
+
+
 def state(facts: Facts, key: str, value, where: str) -> None:
-    if value is not None and key not in facts:
-        facts[key] = (value, where)
+    if value is None or key in facts:
+        return
+    if key in COUNTS and isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        return
+    facts[key] = (value, where)
 
 
 def read_line(text: str, facts: Facts) -> None:
