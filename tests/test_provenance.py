@@ -5,6 +5,8 @@ Expected values are hand computations from the fixture lines."""
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_ingest import CORPUS_LOGS, DEEPSPEED, HF, MEGATRON, NEMO, PRIMUS, TITAN
 from tprimat.backends.external.base import LiveSteps
@@ -279,3 +281,51 @@ def test_parsed_steps_read_as_step_records():
     assert all(getattr(s, name) == getattr(r, name) for s, r in zip(steps, records) for name in FIELD_NAMES)
     assert summarize(steps, 8, 1e9, 989.0, timing="reported") == summarize(records, 8, 1e9, 989.0, timing="reported")
     assert json.loads(json.dumps(steps)) == [dict(s) for s in steps]
+
+
+STEP_ROWS = st.lists(st.fixed_dictionaries({
+    "step_time_s": st.none() | st.sampled_from([0.0, 0.5, 1.0, 1.25, 3.0]), "tokens": st.none() | st.sampled_from([0, 64, 4096]),
+    "loss": st.none() | st.floats(0, 10), "peak_memory_gib": st.none() | st.floats(0, 80), "repeat": st.integers(0, 2),
+    "warmup": st.booleans(), "reported": st.none() | st.fixed_dictionaries({}, optional={
+        "tflops_per_gpu": st.none() | st.floats(-1, 500), "step_time_s_from": st.just("tps")})}), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=STEP_ROWS)
+def test_the_summary_by_hand_from_records_and_from_step_objects(rows):
+    """The summary read from step records, from the result's step objects and from step objects missing
+    fields agrees with a by-hand reading of the rows: warm-up steps left out, tokens over time, medians."""
+    import statistics
+
+    from tprimat.results.metrics import summarize
+    from tprimat.results.records import StepRecord
+
+    records = [StepRecord(step=i, lr=None, grad_norm=None, **row) for i, row in enumerate(rows)]
+    summary = summarize(records, 8, 1e9, 989.0, timing="reported")
+    assert summary == summarize([r.as_dict() for r in records], 8, 1e9, 989.0, timing="reported")
+    assert summary == summarize([{k: v for k, v in r.as_dict().items() if v is not None} for r in records],
+                                8, 1e9, 989.0, timing="reported")
+    kept = [row for row in rows if not row["warmup"]]
+    timed = [row for row in kept if row["step_time_s"]]
+    measured = [row for row in timed if row["tokens"]]
+    printed = [row["reported"]["tflops_per_gpu"] for row in kept if row["reported"]
+               and row["reported"].get("tflops_per_gpu") is not None and row["reported"]["tflops_per_gpu"] >= 0]
+    if not timed and not printed:
+        assert summary is None
+        return
+    assert summary["measured_steps"] == (len(timed) or len(kept))
+    assert summary["warmup_steps"] == len(rows) - len(kept)
+    assert summary["repeats"] == len({row["repeat"] for row in rows})
+    assert summary["reported"].get("tflops_per_gpu") == (statistics.median(printed) if printed else None)
+    peaks = [row["peak_memory_gib"] for row in kept if row["peak_memory_gib"] is not None]
+    assert summary["peak_memory_gib"] == (max(peaks) if peaks else None)
+    assert summary["loss_first"] == next((row["loss"] for row in rows if row["loss"] is not None), None)
+    if measured:
+        tokens, seconds = sum(row["tokens"] for row in measured), sum(row["step_time_s"] for row in measured)
+        assert summary["tokens_per_s"] == pytest.approx(tokens / seconds)
+        assert [p["repeat"] for p in summary["per_repeat"]] == sorted({row["repeat"] for row in measured})
+        assert sum(p["measured_steps"] for p in summary["per_repeat"]) == len(measured)
+    else:
+        assert summary["tokens_per_s"] is None and summary["per_repeat"] == []
+    derived = any(row["reported"] and row["reported"].get("step_time_s_from") for row in timed)
+    assert summary["provenance"]["step_time_s"] == (("computed" if derived else "reported") if timed else None)

@@ -1,14 +1,17 @@
 """The result file: the README's main job end to end, schema, secrets, failures, W&B, sweeps, CLI."""
 
+import io
 import json
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import QUICK, ROOT, run_inprocess
 from tprimat.backends.native.train import NativeTrainer
-from tprimat.results.result import SCHEMA_VERSION, read_result, validate_result, write_result
+from tprimat.results.result import SCHEMA_VERSION, read_result, validate_result, write_json, write_result
 from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
 
@@ -119,3 +122,37 @@ def test_a_step_record_as_a_dict_is_dataclasses_asdict_without_the_copy():
     assert record.as_dict() == dataclasses.asdict(record)
     assert list(record.as_dict()) == [f.name for f in dataclasses.fields(StepRecord)]
     assert record.as_dict()["reported"] is record.reported  # shared, not copied
+
+
+JSON_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                        st.text(max_size=6))
+JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sections=st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=4),
+       steps=st.none() | st.lists(st.dictionaries(st.text(max_size=4), JSON_VALUES, min_size=1, max_size=3),
+                                  max_size=5))
+def test_written_json_is_the_data_with_non_finite_numbers_null(sections, steps):
+    """Whatever the result holds, the file reads back as the data with NaN and infinities null (as json's own
+    encoder writes them, read back with each constant as null); without a list of step objects it is the same
+    text as json.dump(indent=2), and each step object takes one line."""
+    data = dict(sections) if steps is None else {**sections, "steps": steps}
+    out = io.StringIO()
+    write_json(data, out)
+    expected = json.loads(json.dumps(data), parse_constant=lambda _: None)
+    assert json.loads(out.getvalue()) == expected
+    listed = [v for v in data.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
+    if not listed:
+        assert out.getvalue() == json.dumps(expected, indent=2) + "\n"
+    if steps:
+        block = out.getvalue().split('\n  "steps": [\n', 1)[1].split("\n  ]", 1)[0]
+        assert [json.loads(line.strip().rstrip(",")) for line in block.splitlines()] == expected["steps"]
+
+
+def test_the_cli_parser_imports_no_torch():
+    """`tprimat ingest`, `check` and `compare` start without importing torch (seconds and 200 MB)."""
+    code = "import sys; from tprimat.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout.strip() == "False"

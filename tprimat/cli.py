@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--rebuild", action="store_true",
                               help="a run directory without result.json: write a failed result from its steps.jsonl")
     from tprimat.compare.cli import add_arguments as compare_arguments
-    from tprimat.execute.preflight import add_arguments as preflight_arguments
+    from tprimat.execute.preflight_args import add_arguments as preflight_arguments
     from tprimat.ingest.cli import add_arguments as ingest_arguments
 
     compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))

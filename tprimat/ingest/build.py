@@ -15,6 +15,8 @@ import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import methodcaller, truediv
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -22,7 +24,7 @@ from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, worl
 from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
 from tprimat.logs.stream import Step
-from tprimat.results.metrics import summarize
+from tprimat.results.metrics import Columns, summarize
 from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
@@ -94,11 +96,14 @@ def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings
 
 def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Optional[int]) -> dict:
     """Which FLOPs convention the framework's own TFLOP/s used: the candidate that reproduces it within 2%."""
-    paired = [r for r in records if not r.warmup and r.reported.get("tflops_per_gpu") and r.step_time_s and r.tokens]
-    if not paired:
+    kept = Columns.of(records).kept()
+    printed = tuple(map(methodcaller("get", "tflops_per_gpu"), kept.reported))
+    paired = list(map(all, zip(printed, kept.step_time_s, kept.tokens)))  # each a figure, a time and tokens
+    if not any(paired):
         return {"reported_tflops_per_device": None, "reported_flops_convention": None}
-    reported = statistics.median([r.reported["tflops_per_gpu"] for r in paired])
-    tokens_per_s = statistics.median([r.tokens / r.step_time_s for r in paired])  # the median commutes with a positive scale
+    reported = statistics.median(compress(printed, paired))
+    # the median commutes with a positive scale
+    tokens_per_s = statistics.median(map(truediv, compress(kept.tokens, paired), compress(kept.step_time_s, paired)))
     model, seq = model_conf(st), st.spec["training"]["seq_length"]
     convention = "unknown (the model, sequence length or world size is not stated)"
     if model and seq and world:

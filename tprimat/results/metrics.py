@@ -12,14 +12,16 @@ headline figure carries its provenance (``summary.provenance``):
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import statistics
-from itertools import repeat
-from operator import methodcaller
-from typing import Iterable, Optional
+from functools import partial
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter, methodcaller
+from typing import Callable, Iterable, Optional
 
-from tprimat.results.records import StepRecord
+from tprimat.results.records import FIELD_NAMES, StepRecord
 
 # Figures frameworks print per step (StepRecord.reported) -> summarised as their median over measured steps.
 REPORTED = ("tokens_per_s_per_gpu", "tflops_per_gpu", "samples_per_s", "mfu_pct", "it_per_s", "tokens_per_s")
@@ -45,20 +47,27 @@ def sample_std(values: list[float]) -> float:
     return math.sqrt(math.fsum([(d - mean) ** 2 for d in shifted]) / (len(shifted) - 1))
 
 
+NOT_NONE = partial(operator.is_not, None)
+
+
 def _mean_or_none(values: Iterable[Optional[float]]) -> Optional[float]:
-    present = [v for v in values if v is not None]
+    present = list(filter(NOT_NONE, values))
     return statistics.fmean(present) if present else None
 
 
 def _max_or_none(values: Iterable[Optional[float]]) -> Optional[float]:
-    present = [v for v in values if v is not None]
+    present = list(filter(NOT_NONE, values))
     return max(present) if present else None
 
 
 def reported_medians(records: list[StepRecord]) -> dict:
     """Median of each figure the framework printed, over the non-warm-up steps that print it (a negative rate,
     which no throughput can be, is left out)."""
-    printed = [r.reported for r in records if not r.warmup and r.reported]
+    return _reported_medians(Columns.of(records).kept())
+
+
+def _reported_medians(kept: "Columns") -> dict:
+    printed = list(filter(None, kept.reported))
     medians = {}
     for name in REPORTED:
         if any(map(operator.contains, printed, repeat(name))):
@@ -68,28 +77,65 @@ def reported_medians(records: list[StepRecord]) -> dict:
     return medians
 
 
+class Columns:
+    """Step records read a field at a time (``columns.step_time_s``: that field of every record, in order, read
+    once, in a C-level pass): the summary reads each field it needs once, not each record's attributes once per
+    figure (300k steps of an ingested log)."""
+
+    def __init__(self, records: list, getter: Callable[[str], Callable]) -> None:
+        self.records, self.getter, self.cache = records, getter, {}
+
+    @classmethod
+    def of(cls, records: list) -> "Columns":
+        dicts = all(map(isinstance, records, repeat(dict)))  # parsed steps, result step objects
+        return cls(records, itemgetter if dicts else attrgetter)
+
+    def __getattr__(self, name: str) -> tuple:
+        if name not in FIELD_NAMES:
+            raise AttributeError(name)
+        if name not in self.cache:
+            try:
+                self.cache[name] = tuple(map(self.getter(name), self.records))
+            except KeyError:  # a step object without the field: null
+                self.cache[name] = tuple(map(methodcaller("get", name), self.records))
+        return self.cache[name]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def where(self, keep: Iterable) -> "Columns":
+        """The records whose ``keep`` is true."""
+        keep = list(keep)
+        return self if all(keep) else Columns(list(compress(self.records, keep)), self.getter)
+
+    def kept(self) -> "Columns":
+        """The records that are not warm-up."""
+        return self.where(map(operator.not_, self.warmup))
+
+
 def summarize(records: list[StepRecord], world_size: Optional[int], flops_per_token: Optional[float],
               peak_tflops: Optional[float], timing: str = "measured") -> Optional[dict]:
     """Summary of the non-warm-up steps; None when no figure at all can be given.
 
     ``timing``: the provenance of the step times (``measured`` live, ``reported`` when printed by a framework).
     """
-    kept = [r for r in records if not r.warmup]
-    timed = [r for r in kept if r.step_time_s]
-    measured = [r for r in timed if r.tokens]
-    reported = reported_medians(records)
-    if not timed and not reported:
+    every = Columns.of(records)
+    kept = every.kept()
+    timed = kept.where(kept.step_time_s)
+    measured = timed.where(timed.tokens)
+    reported = _reported_medians(kept)
+    if not len(timed) and not reported:
         return None
     summary = {
         "measured_steps": len(timed) or len(kept),
-        "warmup_steps": len(records) - len(kept),
-        "repeats": len({r.repeat for r in records}),
-        "step_time_s": step_time_stats([r.step_time_s for r in timed]) if timed else None,
-        "peak_memory_gib": _max_or_none(r.peak_memory_gib for r in kept),
-        "avg_memory_gib": _mean_or_none(r.memory_gib for r in kept),
-        "loss_first": next((r.loss for r in records if r.loss is not None), None),
-        "loss_final": kept[-1].loss if kept else None,
-        "per_repeat": [per_repeat(measured, rep) for rep in sorted({r.repeat for r in measured})],
+        "warmup_steps": len(every) - len(kept),
+        "repeats": len(set(every.repeat)),
+        "step_time_s": step_time_stats(list(timed.step_time_s)) if len(timed) else None,
+        "peak_memory_gib": _max_or_none(kept.peak_memory_gib),
+        "avg_memory_gib": _mean_or_none(kept.memory_gib),
+        "loss_first": next(filter(NOT_NONE, every.loss), None),
+        "loss_final": kept.loss[-1] if len(kept) else None,
+        "per_repeat": [per_repeat(measured, rep) for rep in sorted(set(measured.repeat))],
         "reported": reported,
     }
     summary.update(headline(measured, world_size, flops_per_token, peak_tflops, reported, timing))
@@ -97,18 +143,18 @@ def summarize(records: list[StepRecord], world_size: Optional[int], flops_per_to
     return summary
 
 
-def step_time_source(timed: list[StepRecord], timing: str) -> Optional[str]:
-    if not timed:
+def step_time_source(timed: Columns, timing: str) -> Optional[str]:
+    if not len(timed):
         return None
-    derived = any(r.reported and r.reported.get("step_time_s_from") for r in timed)
+    derived = any(map(methodcaller("get", "step_time_s_from"), filter(None, timed.reported)))
     return "computed" if derived else timing
 
 
-def headline(measured: list[StepRecord], world: Optional[int], flops_per_token: Optional[float],
+def headline(measured: Columns, world: Optional[int], flops_per_token: Optional[float],
              peak_tflops: Optional[float], reported: dict, timing: str) -> dict:
     """tokens/s, tokens/s/device, TFLOP/s/device and MFU, each computed when the facts allow, else reported."""
     rate_source = "measured" if timing == "measured" else "computed"
-    tokens_per_s = sum(r.tokens for r in measured) / sum(r.step_time_s for r in measured) if measured else None
+    tokens_per_s = sum(measured.tokens) / sum(measured.step_time_s) if len(measured) else None
     per_device = tokens_per_s / world if tokens_per_s and world else None
     source = {"tokens_per_s": rate_source if tokens_per_s else None,
               "tokens_per_s_per_device": rate_source if per_device else None}
@@ -125,13 +171,14 @@ def headline(measured: list[StepRecord], world: Optional[int], flops_per_token: 
     if mfu is None and reported.get("mfu_pct") is not None:
         mfu, source["mfu"] = reported["mfu_pct"] / 100, "reported"
     return {"tokens_per_s": tokens_per_s, "tokens_per_s_per_device": per_device,
-            "steps_per_s": len(measured) / sum(r.step_time_s for r in measured) if measured else None,
+            "steps_per_s": len(measured) / sum(measured.step_time_s) if len(measured) else None,
             "tflops_per_device": tflops, "mfu": mfu, "provenance": source}
 
 
-def per_repeat(measured: list[StepRecord], repeat: int) -> dict:  # measured: steps with a time and tokens
-    mine = [r for r in measured if r.repeat == repeat]
-    total_s = sum(r.step_time_s for r in mine)
+def per_repeat(measured: Columns, repeat: int) -> dict:  # measured: steps with a time and tokens
+    mine = measured if set(measured.repeat) == {repeat} else measured.where(map(operator.eq, measured.repeat,
+                                                                                  itertools.repeat(repeat)))
+    total_s = sum(mine.step_time_s)
     return {"repeat": repeat, "measured_steps": len(mine),
-            "step_time_s_median": statistics.median(r.step_time_s for r in mine),
-            "tokens_per_s": sum(r.tokens for r in mine) / total_s}
+            "step_time_s_median": statistics.median(mine.step_time_s),
+            "tokens_per_s": sum(mine.tokens) / total_s}
