@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import QUICK, ROOT, run_inprocess
@@ -156,3 +156,74 @@ def test_the_cli_parser_imports_no_torch():
     code = "import sys; from tprimat.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=ROOT).stdout.strip() == "False"
+
+
+ODD_VALUES = st.sampled_from([None, True, False, "x", -1, 0, 1, 7, 0.0, -0.0, 1.5, -2.5, 3.0, -4.0,
+                              float("nan"), float("inf"), float("-inf"), {}, {"a": 1}, [], [1]])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 29), st.sampled_from(
+    ["step", "step_time_s", "tokens", "loss", "lr", "memory_gib", "repeat", "warmup", "reported", "extra", "-step",
+     "-warmup", "whole"]), ODD_VALUES), max_size=6))
+@example(edits=[(0, "tokens", 3.0), (1, "tokens", 1.5)])  # an integral float is an integer, 1.5 is not
+@example(edits=[(0, "tokens", 3.0), (1, "tokens", float("inf"))])  # nor is infinity
+@example(edits=[(0, "repeat", 1), (1, "repeat", -1)])  # one sign valid, the other not
+@example(edits=[(0, "step_time_s", float("nan")), (1, "step_time_s", -0.0)])
+def test_steps_validated_by_shape_give_every_error_jsonschema_gives(ingested, edits):
+    """Whatever the steps hold, the result's violations are exactly those jsonschema reports validating every
+    step (steps of one shape are validated once unless they have errors)."""
+    import copy
+
+    import jsonschema
+
+    from tprimat.results.result import schema
+
+    result = copy.deepcopy(ingested)
+    steps = result["steps"]
+    for index, field, value in edits:
+        i = index % len(steps)
+        if field == "whole":
+            steps[i] = value
+        elif isinstance(steps[i], dict) and field.startswith("-"):
+            steps[i].pop(field[1:], None)
+        elif isinstance(steps[i], dict):
+            steps[i][field] = value
+    everything = jsonschema.Draft202012Validator(schema()).iter_errors(result)
+    expected = [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
+                for e in sorted(everything, key=lambda e: list(e.absolute_path))]
+    assert validate_result(result) == expected
+
+
+@pytest.fixture(scope="module")
+def ingested() -> dict:
+    """A valid ingested result of 30 steps."""
+    from tprimat.compose import compose
+    from tprimat.ingest.build import Meta, ingest_text
+
+    log = "".join(f"[2025-01-01 10:00:00] iteration {i:8d}/      30 | consumed samples: {256 * i:12d} | elapsed time "
+                  f"per iteration (ms): {4000 + i}.0 | learning rate: 1.0E-05 | global batch size:   256 | lm loss: "
+                  f"{9 - i / 10:.2f} | loss scale: 1.0 | grad norm: 1.0 | number of skipped iterations: 0 |\n"
+                  for i in range(1, 31))
+    result = ingest_text(log, "m.log", Meta(compose, ["world_size=8", "training.seq_length=128"]))
+    assert len(result["steps"]) == 30 and validate_result(result) == []
+    return result
+
+
+def test_the_shipped_step_schema_is_validated_by_shape_and_other_keywords_are_not():
+    import copy
+
+    from tprimat.results import shapes
+    from tprimat.results.result import schema
+
+    full = copy.deepcopy(schema())
+    defs, steps = full["$defs"], full["properties"]["steps"]
+    assert shapes.exact_for(steps, defs)
+    defs["step"]["properties"]["tokens"]["maximum"] = 10  # compares with 10, not 0: a kind cannot tell
+    assert not shapes.exact_for(steps, defs)
+    defs["step"]["properties"]["tokens"].pop("maximum")
+    defs["number_or_null"]["enum"] = [1.0, None]
+    assert not shapes.exact_for(steps, defs)
+    defs["number_or_null"].pop("enum")
+    steps["minItems"] = 1
+    assert not shapes.exact_for(steps, defs)

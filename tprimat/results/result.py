@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
+from tprimat.results import shapes
+
 SCHEMA_VERSION = "1.1"
 STATUSES = ("ok", "failed", "invalid", "dry_run")
 RESULT_FILE = "result.json"
@@ -84,12 +86,23 @@ def schema() -> dict:
 
 
 def validate_result(result: dict) -> list[str]:
-    """Schema violations, one line each with the JSON path; empty when the result conforms."""
+    """Schema violations, one line each with the JSON path; empty when the result conforms. Steps are validated
+    by shape (``tprimat.results.shapes``: one step of each shape, every step of a shape with errors)."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-            for e in sorted(validator.iter_errors(result), key=lambda e: list(e.absolute_path))]
+    full = schema()
+    validator = jsonschema.Draft202012Validator(full)
+    steps, defs = result.get("steps") if isinstance(result, dict) else None, full.get("$defs", {})
+    if not isinstance(steps, list) or not steps or not shapes.exact_for(full["properties"]["steps"], defs):
+        errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors(result)]
+    else:
+        errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors({**result, "steps": []})]
+        one_step = jsonschema.Draft202012Validator({"$defs": defs, **full["properties"]["steps"]["items"]})
+        for group in shapes.by_shape(steps):
+            if next(one_step.iter_errors(steps[group[0]]), None) is not None:
+                errors += [(["steps", i, *e.absolute_path], e.message) for i in group for e in one_step.iter_errors(steps[i])]
+    return [f"{'/'.join(str(p) for p in path) or '<root>'}: {message}"
+            for path, message in sorted(errors, key=lambda e: e[0])]
 
 
 def finite(value):
