@@ -5,7 +5,8 @@ step time, loss, learning rate, grad norm and throughput varying from step to st
 batch size and loss scale, noise lines), ingests it in a child process (so peak memory is that process's own)
 as ``tprimat ingest`` does, reading the log into a result and writing its result.json (timed apart and
 together; the interpreter's start and imports are not timed), and prints the rates, the ratio to a bare
-regex pass, the peak resident memory against the file size, and last ``ingest_mb_per_s=<x>`` (read and write
+regex pass, the peak resident memory against the file size, the time ``tprimat check`` takes to validate the
+result, and last ``ingest_mb_per_s=<x>`` (read and write
 together). Target: at least 50 MB/s and peak memory at
 most twice the file size on a 2-core machine.
 
@@ -36,15 +37,19 @@ import json, resource, sys, tempfile, time
 sys.path.insert(0, {root!r})
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file
-from tprimat.results.result import write_result
+from tprimat.results.result import validate_result, write_result
 with tempfile.TemporaryDirectory() as out:
     t0 = time.perf_counter()
     result = ingest_file({path!r}, Meta(compose, ["world_size=8", "training.seq_length=4096"]))
     t1 = time.perf_counter()
     write_result(result, out)
     t2 = time.perf_counter()
-print(json.dumps({{"read_s": t1 - t0, "write_s": t2 - t1, "steps": len(result["steps"]),
-                  "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+maxrss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t3 = time.perf_counter()
+problems = validate_result(result)  # what tprimat check and compare do with it
+t4 = time.perf_counter()
+print(json.dumps({{"read_s": t1 - t0, "write_s": t2 - t1, "validate_s": t4 - t3, "problems": len(problems),
+                  "steps": len(result["steps"]), "maxrss_mib": maxrss_mib}}))
 """
 BASELINE = """
 import resource, sys
@@ -102,6 +107,8 @@ def main() -> None:
     print(f"log: {size_mb:.1f} MB, {iterations:,} iterations printed by 2 ranks; {run['steps']:,} step records")
     print(f"read (parse + result): {run['read_s']:.2f} s ({size_mb / run['read_s']:.1f} MB/s); "
           f"write result.json: {run['write_s']:.2f} s")
+    print(f"schema check of the result (tprimat check, compare): {run['validate_s']:.2f} s, "
+          f"{run['problems']} problems")
     print(f"ingest (both, as tprimat ingest does): {seconds:.2f} s ({rate:.1f} MB/s); plain regex pass: {bare:.2f} s "
           f"({size_mb / bare:.1f} MB/s); ingest / regex time = {seconds / bare:.2f}")
     print(f"peak memory: {run['maxrss_mib']:.0f} MiB, {grown:.0f} MiB above an idle process "
