@@ -179,6 +179,22 @@ def test_bootstrap_interval_covers_the_true_rate():
     assert 0.88 <= hits / 200 <= 0.99
 
 
+def test_block_sums_are_the_sums_of_the_moving_block_resamples():
+    """Each resample: ceil(n / b) blocks of b consecutive steps (b about n^(1/3)) at the generator's random starts,
+    cut to n steps; its sums come from cumulative sums, equal to summing the resampled steps themselves."""
+    for n in [0, 1, 2, 3, 7, 8, 9, 26, 27, 28, 64, 65, 300]:
+        rng = np.random.default_rng(n)
+        x, y = rng.random(n) * 1000, rng.random(n) + 0.5
+        got = stats.resampled_sums((x, y), np.random.default_rng(7), 50)
+        b = max(1, round(n ** (1 / 3)))
+        starts = np.random.default_rng(7).integers(0, n - b + 1, size=(50, -(-n // b))) if n else np.zeros((50, 0), int)
+        for column, sums in zip((x, y), got):
+            by_hand = [sum(column[s + k] for s in row for k in range(b))
+                       - sum(column[row[-1] + k] for k in range(n - (len(row) - 1) * b, b)) if n else 0.0
+                       for row in starts]
+            assert np.allclose(sums, by_hand, rtol=1e-12, atol=1e-9)
+
+
 def test_ratio_interval_separates_real_differences_only():
     rng = np.random.default_rng(2)
     base = ([1000.0] * 40, rng.normal(1.0, 0.05, 40))

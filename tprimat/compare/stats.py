@@ -95,6 +95,8 @@ def resampled_sums(columns: Sequence[np.ndarray], rng: np.random.Generator, n_bo
     blocks at random starts cut to n steps; per column, its sum over each resample. Block sums come from one
     cumulative sum, so memory is n_boot x n / block starts, not n_boot x n indices (2000 x 300k steps: 4.8 GB)."""
     n = len(columns[0])
+    if n == 0:
+        return [np.zeros(n_boot) for _ in columns]
     block = max(1, round(n ** (1 / 3)))
     count = math.ceil(n / block)
     starts = rng.integers(0, n - block + 1, size=(n_boot, count))
