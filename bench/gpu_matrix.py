@@ -1,8 +1,8 @@
 """The single-GPU optimisation matrix on GPT-2 1.5B (``model=gpt2_xl``) and one profiled 8B-class run, on one
-NVIDIA GPU: bf16 eager, ``torch.compile`` in its modes, fp8 through torchao (tensorwise and rowwise, compiled);
-(the CUDA-graph modes are refused by the native backend on GPUs: see docs/benchmarks.md); then Llama 3.1 8B
-at full width with 8 layers under FSDP2, profiled over two measured steps. Every cell is a
-real ``launch.py`` run; ``tprimat compare`` over them writes the report, the throughput and breakdown plots.
+NVIDIA GPU: bf16 eager, ``torch.compile`` in its four modes (two of them with CUDA graphs), fp8 through torchao
+(tensorwise and rowwise, compiled); then Llama 3.1 8B at full width with 8 layers under FSDP2, profiled over two
+measured steps. Every cell is a real ``launch.py`` run; ``tprimat compare`` over them writes the report, the
+throughput and breakdown plots, and ``results.tar.gz`` holds every cell's result.json (compare them elsewhere).
 
 Usage::
 
@@ -19,6 +19,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -31,6 +32,8 @@ CELLS = {
     "gpt2_xl_bf16_compile": ["training.compile=true"],
     "gpt2_xl_fp8_tensorwise_compile": ["training.precision=fp8", "training.fp8.recipe=tensorwise", "training.compile=true"],
     "gpt2_xl_fp8_rowwise_compile": ["training.precision=fp8", "training.fp8.recipe=rowwise", "training.compile=true"],
+    "gpt2_xl_bf16_compile_reduce_overhead": ["training.compile=true", "training.compile_mode=reduce-overhead"],
+    "gpt2_xl_bf16_compile_max_autotune": ["training.compile=true", "training.compile_mode=max-autotune"],
     "gpt2_xl_bf16_compile_max_autotune_no_cudagraphs": ["training.compile=true",
                                                         "training.compile_mode=max-autotune-no-cudagraphs"],
 }
@@ -78,14 +81,17 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=Path("/tmp/tprimat_gpu_matrix"))
     ap.add_argument("--cell-timeout-s", type=float, default=150)
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip the cells that would start after this")
-    ap.add_argument("--only", default="", help="comma-separated cell names (default: every cell)")
+    ap.add_argument("--only", default="", help="comma-separated cell names, run in that order (default: every cell)")
     args = ap.parse_args()
-    chosen = set(filter(None, args.only.split(",")))
+    every = dict([PROFILED, *((n, [*GPT2, *o]) for n, o in CELLS.items())])
+    chosen = list(filter(None, args.only.split(","))) or list(every)
+    unknown = [n for n in chosen if n not in every]
+    if unknown:
+        ap.error(f"--only: unknown cells {unknown}; cells: {', '.join(every)}")
     args.out.mkdir(parents=True, exist_ok=True)
     cells, started = {}, time.perf_counter()
-    for name, overrides in [PROFILED, *((n, [*GPT2, *o]) for n, o in CELLS.items())]:
-        if chosen and name not in chosen:
-            continue
+    for name in chosen:
+        overrides = every[name]
         left = args.budget_s - (time.perf_counter() - started)
         if left < 30:
             cells[name] = {"status": "skipped", "error": "out of the bench's time budget", "wall_s": 0.0}
@@ -103,6 +109,10 @@ def main() -> None:
     for name in ("report.md", "plots/breakdown.png", "plots/throughput.png"):
         if (report / name).exists():
             shutil.copy(report / name, args.out / Path(name).name)
+    with tarfile.open(args.out / "results.tar.gz", "w:gz") as tar:
+        for name in cells:
+            if (args.runs / name / "result.json").exists():
+                tar.add(args.runs / name / "result.json", arcname=f"{name}/result.json")
     ok = sum(c["status"] == "ok" for c in cells.values())
     print(f"gpu_matrix_cells_ok={ok}/{len(cells)}")
 

@@ -29,6 +29,20 @@ def test_fsdp2_on_one_gpu(tmp_path):
     assert out.result["framework"]["effective"]["precision"] == "bf16"
 
 
+def test_cuda_graphs_accumulate_micro_batches_as_the_default_mode_does(tmp_path):
+    """reduce-overhead replays each block's CUDA graph; two micro batches per step must train the same model:
+    the same losses and gradient norms as the default mode, which runs no graphs."""
+    common = [*GPU, "model=gpt2_tiny", "parallelism.fsdp=false", "training.global_batch_size=8", "training.micro_batch_size=4",
+              "training.compile=true", "benchmark.telemetry=false"]
+    default = run_inprocess(tmp_path / "default", common)
+    graphs = run_inprocess(tmp_path / "graphs", [*common, "training.compile_mode=reduce-overhead"])
+    assert default.status == graphs.status == "ok", graphs.result["error"]
+    assert graphs.result["framework"]["effective"]["grad_accum_steps"] == 2
+    for field in ("loss", "grad_norm"):
+        expected = [s[field] for s in default.result["steps"]]
+        assert [s[field] for s in graphs.result["steps"]] == pytest.approx(expected, rel=1e-3)
+
+
 def test_cuda_event_step_time_matches_the_wall_clock():
     from tprimat.measure.step import StepClock
 

@@ -100,14 +100,19 @@ def test_a_compile_mode_runs_through_inductor_on_cpu(tmp_path):
     assert effective["compiled_layers"] == 4 and effective["recomputed_layers"] == 0
 
 
-def test_the_native_backend_refuses_cuda_graphs_on_gpus_with_the_reason():
+def test_the_native_backend_runs_cuda_graphs_on_one_gpu_and_refuses_them_on_several():
     from tprimat.backends.native.backend import BACKEND
     from tprimat.spec.plan import make_plan
 
-    spec = build_spec(compose([*GPU, "training.compile=true", "training.compile_mode=reduce-overhead",
-                               "parallelism.fsdp=false", "platform.devices_per_node=1"]), H100)
-    (line,) = [p for p in BACKEND.check(spec, make_plan(spec, H100)) if "compile_mode" in p]
-    assert line.startswith("training.compile_mode=reduce-overhead: framework=native does not run CUDA graphs")
+    def check(devices: int) -> list[str]:
+        spec = build_spec(compose([*GPU, "training.compile=true", "training.compile_mode=reduce-overhead",
+                                   "parallelism.fsdp=false", f"platform.devices_per_node={devices}"]), H100)
+        return [p for p in BACKEND.check(spec, make_plan(spec, H100)) if "compile_mode" in p]
+
+    assert check(1) == []
+    (line,) = check(8)
+    assert line.startswith("training.compile_mode=reduce-overhead on 8 GPUs: framework=native runs CUDA graphs on one "
+                           "GPU only")
 
 
 @pytest.mark.parametrize("recipe,scaling", [("tensorwise", "tensorwise"), ("rowwise", "axiswise")])

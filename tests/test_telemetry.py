@@ -12,7 +12,8 @@ from tprimat.measure.telemetry import CpuSource, Sampler, Source, open_source, r
 
 
 def test_cpu_run_records_telemetry(tmp_path):
-    out = run_inprocess(tmp_path, [*QUICK, "benchmark.telemetry_interval_s=0.05"])
+    # platform=cpu: the default (auto) trains on a GPU where there is one
+    out = run_inprocess(tmp_path, ["platform=cpu", *QUICK, "benchmark.telemetry_interval_s=0.05"])
     t = out.result["telemetry"]
     assert t["source"].startswith("psutil") and t["samples"] >= 1
     assert t["util_pct_avg"] > 0 and t["mem_gib_peak"] > 0

@@ -52,11 +52,11 @@ class NativeBackend(Backend):
             problems.append("model.position_embedding=learned, parallelism.sequence_parallel=true: framework=native "
                             "adds the learned positions to the full sequence; use sequence_parallel=false")
         tr = spec.training
-        if tr.compile and tr.compile_mode in CUDA_GRAPH_MODES and spec.platform.name in ("nvidia", "amd"):
-            problems.append(f"training.compile_mode={tr.compile_mode}: framework=native does not run CUDA graphs on "
-                            "GPUs: with blocks compiled one by one they share one graph, whose replay overwrites the "
-                            "output the next block still reads, and compiling the whole model failed the same way on "
-                            "an H100 (2026-11-24); use default or max-autotune-no-cudagraphs")
+        gpu = spec.platform.name in ("nvidia", "amd")
+        if tr.compile and tr.compile_mode in CUDA_GRAPH_MODES and gpu and plan.world_size > 1:
+            problems.append(f"training.compile_mode={tr.compile_mode} on {plan.world_size} GPUs: framework=native runs "
+                            "CUDA graphs on one GPU only (verified on an H100, 2026-11-24, one graph generation per "
+                            "optimizer step); under DDP they are unverified; use default or max-autotune-no-cudagraphs")
         if spec.profile.enabled and spec.profile.tool != "torch":
             problems.append(f"profile.tool={spec.profile.tool}: framework=native profiles with the PyTorch profiler "
                             f"(profile.tool=torch); run {spec.profile.tool} around launch.py for a whole-process trace")

@@ -14,6 +14,7 @@ from tprimat.backends.common import SyntheticTokens, build_optimizer, lr_at, opt
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_layout, parallelize, uses_autocast
 from tprimat.measure.profile import DATA_RANGE
+from tprimat.spec.compat import CUDA_GRAPH_MODES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -43,6 +44,7 @@ class NativeTrainer:
         self.data = SyntheticTokens(spec.model.vocab_size, tr.seq_length, tr.seed, tr.global_batch_size)
         self.autocast = uses_autocast(spec, self.layout)
         self.schedule = self._pipeline_schedule() if self.layout.pp > 1 else None
+        self.cuda_graphs = tr.compile and tr.compile_mode in CUDA_GRAPH_MODES and device.type == "cuda"
 
     def _precision(self):
         if self.autocast:
@@ -134,6 +136,12 @@ class NativeTrainer:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
         lr = lr_at(step, self.spec.training)
         set_lr(self.optimizer, lr)
+        if self.cuda_graphs:
+            # One generation of CUDA-graph outputs per optimizer step, its micro batches and their gradients in it.
+            # On an H100, with no mark and with a mark before every micro batch, the second micro batch failed
+            # ("accessing tensor output of CUDAGraphs that has been overwritten"); with this one mark per step the
+            # losses and gradient norms equal the default mode's.
+            torch.compiler.cudagraph_mark_step_begin()
         loss = self._pipeline(step) if self.schedule else self._accumulate(step)
         if self.layout.dp > 1:
             dist.all_reduce(loss, group=self.layout.group("dp"))
