@@ -86,6 +86,52 @@ def test_precision_pairs_are_compared_and_by_filters_the_axis():
         speedups(groups, by="colour")
 
 
+def test_compile_and_fp8_recipe_are_axes_and_a_pair_differing_in_two_is_not_put_down_to_one():
+    """The GPT-2 XL matrix on an H100 grouped eager, compiled and fp8 runs under one label and called compile + fp8
+    vs eager a precision speedup; each optimisation is now an axis, and its groups are labelled apart."""
+    graphs = ["training.compile=true", "training.compile_mode=reduce-overhead"]
+    eager = ingested(["training.precision=bf16", "training.compile=false"])
+    compiled = ingested(["training.precision=bf16", *graphs])
+    fp8 = ingested(["training.precision=fp8", "training.fp8.recipe=rowwise", *graphs])
+    for s in compiled["steps"]:
+        s["step_time_s"] /= 1.25
+    groups = build_groups(loaded(eager, resummarise(compiled), fp8))
+    assert len({g.label for g in groups}) == 3
+    found = {s.kind: s for s in speedups(groups)}
+    assert set(found) == {"compile", "precision"}  # eager bf16 vs compiled fp8 differ in two: no pair
+    pair = found["compile"]
+    assert {pair.baseline.compile, pair.other.compile} == {"eager", "compile reduce-overhead"}
+    assert (pair.point if pair.other.compile != "eager" else 1 / pair.point) == pytest.approx(1.25)
+    assert {found["precision"].baseline.numerics, found["precision"].other.numerics} == {"bf16", "fp8 rowwise"}
+    assert len(speedups(groups, by="compile")) == 1
+
+
+def test_under_maximum_performance_a_frameworks_own_sharding_and_recompute_go_with_it():
+    """maximum_performance runs the tuned settings as each framework can (conf/methodology): FSDP2 with selective
+    recompute for one, ZeRO-3 with full recompute for another is one framework comparison, not three axes."""
+    tuned = ingested(["methodology=maximum_performance", "training.activation_checkpointing=selective",
+                      "parallelism.fsdp=true"])
+    other = copy.deepcopy(tuned)
+    other["spec"]["framework"]["name"] = "deepspeed"
+    other["spec"]["training"]["activation_checkpointing"] = "full"
+    other["spec"]["parallelism"].update(fsdp=False, zero_stage=3)
+    [pair] = speedups(build_groups(loaded(tuned, other)))
+    assert pair.kind == "framework" and pair.refused is None
+    identical = [copy.deepcopy(r) for r in (tuned, other)]
+    for r in identical:
+        r["spec"]["methodology"]["name"] = "identical_config"
+    assert speedups(build_groups(loaded(*identical))) == []  # there the settings must match: three axes differ
+
+
+def test_a_pair_that_also_differs_in_batch_or_sequence_is_refused_naming_the_key():
+    a = ingested(["training.precision=bf16", "training.global_batch_size=512"])
+    b = ingested(["training.precision=fp32", "training.global_batch_size=256"])
+    [pair] = speedups(build_groups(loaded(a, b)))
+    assert pair.kind == "precision" and pair.point is None
+    assert pair.refused == ("the groups also differ in training.global_batch_size (512 vs 256): the ratio would "
+                            "measure that too") or "(256 vs 512)" in pair.refused
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.floats(0.01, 100.0), min_size=2, max_size=30), min_size=1, max_size=6),
        st.sampled_from(["median", "olympic", "mean"]))

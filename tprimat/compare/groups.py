@@ -1,7 +1,8 @@
 """Group results by what was run and derive every headline metric from the evidence in the results.
 
 A group is one spec identity (minus run bookkeeping); its label names model, framework, platform, device,
-methodology, layout and precision (``?`` where an ingested log does not state it). The unit of replication
+methodology, layout and precision (with the fp8 recipe), then the optimisations when they are not the defaults
+(compile and its mode, recompute); ``?`` where an ingested log does not state a field. The unit of replication
 is the repeat: each repeat's throughput is recomputed from its own measured steps (total tokens over total
 time, per device), never read from a summary that could disagree with them; a result whose steps cannot
 give a rate (an ingested log with printed throughput only) contributes its summary's figure, marked with
@@ -96,18 +97,50 @@ class Group:
         return shown(self.spec["training"].get("precision"))
 
     @property
+    def numerics(self) -> str:
+        """The precision with its fp8 recipe (``fp8 rowwise``): what the precision axis compares."""
+        recipe = (self.spec["training"].get("fp8") or {}).get("recipe")
+        return f"fp8 {recipe}" if self.precision == "fp8" and recipe else self.precision
+
+    @property
+    def compile(self) -> str:
+        """``eager``, ``compile <mode>``, or ``?`` where the result does not state it."""
+        tr = self.spec["training"]
+        if tr.get("compile") is None:
+            return "?"
+        return f"compile {tr.get('compile_mode') or 'default'}" if tr["compile"] else "eager"
+
+    @property
+    def recompute(self) -> str:
+        """``no recompute``, ``full recompute``, ``selective recompute 1/k`` (every k-th layer), or ``?``."""
+        tr = self.spec["training"]
+        ac = tr.get("activation_checkpointing")
+        if ac is None:
+            return "?"
+        if ac == "selective":
+            k = str(tr.get("ac_frequency"))
+            return f"selective recompute {k if '/' in k else '1/' + k}"
+        return "no recompute" if ac == "none" else f"{ac} recompute"
+
+    @property
+    def optimisations(self) -> str:
+        """The compile and recompute settings that differ from the defaults (eager, none), as the label shows them."""
+        return ", ".join(v for v in (self.compile, self.recompute) if v not in ("eager", "no recompute", "?"))
+
+    @property
     def world_size(self) -> Optional[int]:
         return (self.first.get("plan") or {}).get("world_size")
 
     @property
     def label(self) -> str:
-        return (f"{self.model} | {self.framework} | {self.device} x{shown(self.world_size)} | {self.methodology} | "
-                f"{layout_of(self.first)} | {self.precision}")
+        base = (f"{self.model} | {self.framework} | {self.device} x{shown(self.world_size)} | {self.methodology} | "
+                f"{layout_of(self.first)} | {self.numerics}")
+        return f"{base} | {self.optimisations}" if self.optimisations else base
 
     def axes(self) -> dict:
         return {"platform": self.platform, "device": self.device, "framework": self.framework,
-                "precision": self.precision, "layout": layout_of(self.first), "model": self.model,
-                "methodology": self.methodology}
+                "precision": self.numerics, "layout": layout_of(self.first), "model": self.model,
+                "methodology": self.methodology, "compile": self.compile, "recompute": self.recompute}
 
     def measured(self) -> list[dict]:
         return [s for run in self.runs for s in run.result["steps"]
@@ -279,6 +312,8 @@ def group_summary(group: Group) -> dict:
     return {"label": group.label, "identity": group.identity, "model": group.model, "framework": group.framework,
             "platform": group.platform, "device": group.device, "world_size": group.world_size,
             "methodology": group.methodology, "precision": group.precision, "layout": layout_of(group.first),
+            "numerics": group.numerics, "compile": group.compile, "recompute": group.recompute,
+            "optimisations": group.optimisations,
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items() if k != "step_time_s"},
             "step_time_s_median": m["step_time_s"]["median"], "step_time_s_iqr": m["step_time_s"]["iqr"],
             "repeat_rates": [{"source": r.source, "tokens_per_s_per_device": r.rate, "provenance": r.provenance}

@@ -19,7 +19,8 @@ def _pyplot():
 
 
 def _short(group: Group) -> str:
-    return f"{group.framework}\n{group.device} x{group.world_size}\n{group.model} {group.precision}"
+    extra = f"\n{group.optimisations}" if group.optimisations else ""
+    return f"{group.framework}\n{group.device} x{group.world_size}\n{group.model} {group.numerics}{extra}"
 
 
 def _bar(groups: list[Group], values, ylabel: str, title: str, path: Path, errors=None, estimate=None) -> Path:

@@ -57,7 +57,7 @@ def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
     lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in found]
     if not found:
         lines.append("- no two groups differ in exactly one axis (platform, device, framework, precision, layout, "
-                     "model, methodology): nothing to compare head to head")
+                     "model, methodology, compile, recompute): nothing to compare head to head")
     return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in g.flags]
 
 

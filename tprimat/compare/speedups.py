@@ -1,6 +1,6 @@
-"""Speedups between any two groups that differ in exactly one axis (platform, device, framework, precision,
-layout, model, methodology; ``--by AXIS`` keeps one axis), each a per-device throughput ratio with an
-interval about that ratio:
+"""Speedups between any two groups that differ in exactly one axis (platform, device, framework, precision (with
+the fp8 recipe), layout, model, methodology, compile (eager or the compile mode), recompute; ``--by AXIS`` keeps
+one axis), each a per-device throughput ratio with an interval about that ratio:
 
 - both sides with two or more repeats: a bootstrap over repeats; a significance verdict is drawn;
 - otherwise, when both sides have measured steps: within-run (block bootstrap over steps), labelled so, and
@@ -22,8 +22,12 @@ from tprimat.compare import stats
 from tprimat.compare.groups import Group
 
 SAME_UNDER_IDENTICAL = ("model", "training", "parallelism")
-AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology")
-TUNED_WITH_PLATFORM = {"platform", "device", "layout", "precision"}
+AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology", "compile", "recompute")
+TUNED_WITH_PLATFORM = {"platform", "device", "layout", "precision", "compile", "recompute"}
+TUNED_WITH_FRAMEWORK = {"framework", "layout", "recompute"}  # maximum_performance: each framework's sharding, recompute
+# training keys that no axis covers and that change what a step computes: a pair whose groups state different
+# values is refused (max_steps and seed change neither the work per step nor its speed)
+WORKLOAD = ("global_batch_size", "micro_batch_size", "seq_length", "optimizer")
 
 
 @dataclass
@@ -89,6 +93,11 @@ def refusal(a: Group, b: Group) -> Optional[str]:
         diffs = settings_differences(a, b)
         if diffs:
             return "identical_config runs differ in " + ", ".join(diffs[:6]) + (" ..." if len(diffs) > 6 else "")
+    workload = workload_differences(a, b)
+    if workload:
+        fa, fb = (flatten({k: g.spec["training"].get(k) for k in WORKLOAD}) for g in (a, b))
+        return ("the groups also differ in " + ", ".join(f"training.{k} ({fa[k]} vs {fb[k]})" for k in workload)
+                + ": the ratio would measure that too")
     return None
 
 
@@ -120,15 +129,26 @@ def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
     return result
 
 
+def workload_differences(a: Group, b: Group) -> list[str]:
+    """The ``WORKLOAD`` training keys (``optimizer.lr`` style for nested ones) that both groups state, differently."""
+    fa = flatten({k: a.spec["training"].get(k) for k in WORKLOAD})
+    fb = flatten({k: b.spec["training"].get(k) for k in WORKLOAD})
+    return [k for k in fa if fa[k] is not None and fb.get(k) is not None and fa[k] != fb[k]]
+
+
 def axis_between(a: Group, b: Group) -> Optional[str]:
-    """The one axis two groups differ in (platform when the platform and its device both differ), else None."""
+    """The one axis two groups differ in (platform when the platform and its device both differ; under
+    maximum_performance the settings tuned with a platform or a framework go with it), else None."""
     axes_a, axes_b = a.axes(), b.axes()
     differ = [k for k in AXES if axes_a[k] != axes_b[k]]
     hardware = [k for k in differ if k in ("platform", "device")]
+    tuned = axes_a["methodology"] == axes_b["methodology"] == "maximum_performance"
     if hardware and set(differ) <= {"platform", "device"}:
         return hardware[0]  # a device belongs to its platform: one axis
-    if hardware and axes_a["methodology"] == "maximum_performance" and set(differ) <= TUNED_WITH_PLATFORM:
-        return hardware[0]  # each platform its best settings: layout and precision follow the platform
+    if hardware and tuned and set(differ) <= TUNED_WITH_PLATFORM:
+        return hardware[0]  # each platform its best settings: layout, precision and optimisations follow it
+    if "framework" in differ and tuned and set(differ) <= TUNED_WITH_FRAMEWORK:
+        return "framework"  # each framework runs the tuned settings as it can (its sharding, its recompute)
     return differ[0] if len(differ) == 1 else None
 
 

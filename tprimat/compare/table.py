@@ -11,7 +11,8 @@ from tprimat.compare.speedups import Speedup
 
 COLUMNS = [  # (header, key in group_summary)
     ("model", "model"), ("framework", "framework"), ("device", "device"), ("devices", "world_size"),
-    ("methodology", "methodology"), ("layout", "layout"), ("precision", "precision"),
+    ("methodology", "methodology"), ("layout", "layout"), ("precision", "numerics"),
+    ("optimisations", "optimisations"),
     ("tokens/s/device", "tokens_per_s_per_device"), ("projected tokens/s/device", "projected_tokens_per_s_per_device"),
     ("measured / projected", "measured_vs_projected"), ("step time s (median)", "step_time_s_median"),
     ("step time IQR s", "step_time_s_iqr"), ("TFLOP/s/device", "tflops_per_device"), ("MFU", "mfu"),
