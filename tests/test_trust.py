@@ -117,6 +117,9 @@ def test_under_maximum_performance_a_frameworks_own_sharding_and_recompute_go_wi
     other["spec"]["parallelism"].update(fsdp=False, zero_stage=3)
     [pair] = speedups(build_groups(loaded(tuned, other)))
     assert pair.kind == "framework" and pair.refused is None
+    other["spec"]["parallelism"]["tp"] = other["plan"]["tp"] = 2  # another mesh is not the framework's own tuning
+    assert speedups(build_groups(loaded(tuned, other))) == []
+    other["spec"]["parallelism"]["tp"] = other["plan"]["tp"] = None
     identical = [copy.deepcopy(r) for r in (tuned, other)]
     for r in identical:
         r["spec"]["methodology"]["name"] = "identical_config"

@@ -24,7 +24,7 @@ from tprimat.compare.groups import Group
 SAME_UNDER_IDENTICAL = ("model", "training", "parallelism")
 AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology", "compile", "recompute")
 TUNED_WITH_PLATFORM = {"platform", "device", "layout", "precision", "compile", "recompute"}
-TUNED_WITH_FRAMEWORK = {"framework", "layout", "recompute"}  # maximum_performance: each framework's sharding, recompute
+TUNED_WITH_FRAMEWORK = {"framework", "layout", "recompute"}  # maximum_performance: a framework's sharding (same mesh), recompute
 # training keys that no axis covers and that change what a step computes: a pair whose groups state different
 # values is refused (max_steps and seed change neither the work per step nor its speed)
 WORKLOAD = ("global_batch_size", "micro_batch_size", "seq_length", "optimizer")
@@ -147,7 +147,8 @@ def axis_between(a: Group, b: Group) -> Optional[str]:
         return hardware[0]  # a device belongs to its platform: one axis
     if hardware and tuned and set(differ) <= TUNED_WITH_PLATFORM:
         return hardware[0]  # each platform its best settings: layout, precision and optimisations follow it
-    if "framework" in differ and tuned and set(differ) <= TUNED_WITH_FRAMEWORK:
+    same_mesh = axes_a["layout"].split()[:4] == axes_b["layout"].split()[:4]  # tp pp cp dp; the sharding may differ
+    if "framework" in differ and tuned and same_mesh and set(differ) <= TUNED_WITH_FRAMEWORK:
         return "framework"  # each framework runs the tuned settings as it can (its sharding, its recompute)
     return differ[0] if len(differ) == 1 else None
 
