@@ -3,7 +3,6 @@ write results that ``tprimat check`` accepts and ``compare`` reads beside a nati
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from tests.conftest import run_inprocess
 from tprimat.callbacks import Recorder
 from tprimat.compare.groups import build_groups
 from tprimat.compare.load import Loaded
-from tprimat.results.result import validate_result
+from tprimat.results.result import read_result, validate_result
 
 OVERRIDES = ["model=llama_tiny", "training.seq_length=64", "training.global_batch_size=4"]
 
@@ -49,7 +48,7 @@ def own_loop(recorder: Recorder, steps: int, fail_at: int = 0) -> list[float]:
 def test_a_plain_pytorch_loop_becomes_a_result(tmp_path):
     with Recorder(tmp_path, OVERRIDES) as rec:
         losses = own_loop(rec, 6)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     steps = result["steps"]
     assert [s["loss"] for s in steps] == losses and losses[-1] < losses[0]
@@ -72,7 +71,7 @@ def test_a_loop_that_raises_leaves_a_failed_result_with_its_steps(tmp_path):
     with pytest.raises(RuntimeError):
         with Recorder(tmp_path, OVERRIDES) as rec:
             own_loop(rec, 6, fail_at=4)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert validate_result(result) == [] and result["status"] == "failed"
     assert result["error"] == "RuntimeError: CUDA out of memory (simulated by the user's loop)"
     assert len(result["steps"]) == 3
@@ -94,7 +93,7 @@ def test_a_hugging_face_trainer_with_the_callback(tmp_path):
     callback = TprimatCallback(tmp_path / "run", ["training.seq_length=32"], seq_length=32)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
     trainer.train()
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    result = read_result(tmp_path / "run" / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]  # the Trainer's own logs, read back
     assert [s["loss"] for s in result["steps"]] == [entry["loss"] for entry in logged]
@@ -143,7 +142,7 @@ def test_a_lightning_trainer_with_the_callback(tmp_path):
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 callbacks=[callback])
     trainer.fit(module, data)
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    result = read_result(tmp_path / "run" / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     steps = result["steps"]
     assert len(steps) == 5 and all(s["tokens"] == 2 * 2 * 33 and s["step_time_s"] > 0 for s in steps)
@@ -160,7 +159,7 @@ def test_a_recorded_loop_writes_the_same_wandb_run_as_a_native_one(tmp_path):
 
     with Recorder(tmp_path, OVERRIDES, wandb="offline") as rec:
         losses = own_loop(rec, 4)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert result["wandb"]["mode"] == "offline"
     (path,) = find_offline_runs(tmp_path)
     run = read_offline_run(path)

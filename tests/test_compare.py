@@ -316,9 +316,15 @@ def test_parquet_table_matches_csv(real, tmp_path):
 def test_results_of_different_schema_versions_are_not_compared(real):
     _, a, _, _ = real
     future = copy.deepcopy(derived(a, platform="nvidia", gpu="h100"))
-    future["schema_version"] = "2.0"
+    future["schema_version"] = "3.0"
     [s] = speedups(groups_of(a, future))
-    assert s.refused and "schema versions differ" in s.refused
+    assert s.refused and "schema versions differ (2.0 vs 3.0)" in s.refused
+    before_provenance = {**future, "schema_version": "1.0"}  # ingested figures could be defaults then
+    [s] = speedups(groups_of(a, before_provenance))
+    assert s.refused and "schema versions differ (2.0 vs 1.0)" in s.refused
+    columns_only = {**future, "schema_version": "1.1"}  # 2.0 changed how steps are stored, not what they mean
+    [s] = speedups(groups_of(a, columns_only))
+    assert s.refused is None and s.point > 0
 
 
 @pytest.mark.slow

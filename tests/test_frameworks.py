@@ -5,14 +5,13 @@ reports are read back from its live optimizer and engine, and the learning rate 
 follow the spec's schedule.
 """
 
-import json
 import math
 
 import pytest
 
 from tests.conftest import run_inprocess, run_launch
 from tprimat.backends.common import lr_at
-from tprimat.results.result import validate_result
+from tprimat.results.result import read_result, validate_result
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import cpu_precision
 
@@ -30,7 +29,7 @@ STEPS = ["training.max_steps=6", "benchmark.warmup_steps=1", "training.optimizer
 def launched(tmp_path, *overrides):
     proc = run_launch(tmp_path, *STEPS, *overrides, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     losses = [s["loss"] for s in result["steps"]]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import io
-import json
 import re
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from tests.test_provenance import ARGS_DUMP, MEGATRON_DS, MLPERF, RANKED, SHORT_
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_parsed
 from tprimat.logs.parsers import PARSERS, Parsed, finished, parse_stream
-from tprimat.results.result import validate_result
+from tprimat.logs.stream import Step
+from tprimat.results.result import read_result, validate_result
 
 LINES = [line for text in (MEGATRON, PRIMUS, NEMO, TITAN, DEEPSPEED, HF, RANKED, MEGATRON_DS, MLPERF, ARGS_DUMP,
                            SHORT_AND_ODD) for line in text.splitlines() if line.strip()]
@@ -182,7 +182,7 @@ def test_a_directory_ingests_every_file_it_can_and_lists_the_rest(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 of 3 files could not be ingested:" in proc.stdout and "b-run.wandb: could not ingest" in proc.stdout
-    results = {r["source"]["file"]: r for r in (json.loads(p.read_text()) for p in out.rglob("result.json"))}
+    results = {r["source"]["file"]: r for r in (read_result(p) for p in out.rglob("result.json"))}
     assert set(results) == {"a.log", "b-run.wandb", "c.log"}  # the good file after the bad one was ingested too
     assert results["a.log"]["status"] == "ok" and results["c.log"]["status"] == "ok"
     assert results["b-run.wandb"]["status"] == "failed" and validate_result(results["b-run.wandb"]) == []
@@ -215,3 +215,41 @@ def test_a_negative_printed_throughput_is_left_out_of_the_summary():
     assert validate_result(result) == []
     assert "tflops_per_gpu" not in result["summary"]["reported"]
     assert result["summary"]["tflops_per_device"] is None
+
+
+STEP_ROW = st.builds(
+    lambda step, repeat_, time_s, loss, printed: Step(step=step, step_time_s=time_s, tokens=None, loss=loss, lr=None,
+                                                      grad_norm=None, memory_gib=None, peak_memory_gib=None,
+                                                      repeat=repeat_, warmup=False, reported=printed),
+    st.integers(0, 20), st.integers(0, 2), st.none() | st.floats(0.1, 2.0), st.none() | st.floats(allow_nan=False),
+    st.dictionaries(st.sampled_from(["tflops_per_gpu", "samples_per_s", "step_time_s_by_rank"]),
+                    st.none() | st.floats(0, 9) | st.dictionaries(st.sampled_from(["0", "1"]), st.floats(0, 9)),
+                    max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(STEP_ROW, max_size=25), groups=st.lists(st.integers(1, 6), max_size=25),
+       as_chunk=st.lists(st.booleans(), max_size=25))
+def test_steps_held_as_columns_are_the_steps_given_in_order(rows, groups, as_chunk):
+    """Steps added to ``StepColumns`` as parsed dicts or as column chunks (as ``parse_stream`` adds what parsers
+    return) read back as the same steps, one by one and iterated, ordered by (repeat, step) as ``sorted``
+    orders them; a printed name a step lacks reads as absent from it, and as None in its column."""
+    from tprimat.logs.stepcolumns import MISSING, OWN, StepColumns
+
+    parts, start = [], 0
+    for size, chunk in zip(groups + [len(rows)], as_chunk + [False] * (len(groups) + 1)):
+        group, start = rows[start:start + size], start + size
+        if chunk and group:  # a chunk built from the steps' own columns, by hand
+            names = dict.fromkeys(name for r in group for name in r["reported"])
+            parts.append(StepColumns.of(len(group), {f: [r[f] for r in group] for f in OWN},
+                                        {n: [r["reported"].get(n, MISSING) for r in group] for n in names}))
+        else:
+            parts += group
+    steps = StepColumns()
+    steps.add(parts)
+    steps.sort()
+    expected = sorted(rows, key=lambda r: (r["repeat"], r["step"]))
+    assert len(steps) == len(rows) and list(steps) == expected
+    assert [steps[i] for i in range(len(steps))] == expected and steps == expected
+    for name in ("tflops_per_gpu", "step_time_s_by_rank"):
+        assert steps.printed(name) == [r["reported"].get(name) for r in expected]

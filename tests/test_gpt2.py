@@ -7,6 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.conftest import QUICK, compose_config, run_inprocess
+from tprimat.results.result import read_result
 from tprimat.spec import flops
 from tprimat.spec.schema import ModelConf, padded_vocab
 
@@ -143,9 +144,8 @@ def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_
     proc = run_launch(tmp_path, "model=gpt2_tiny", "platform=cpu", "training.max_steps=5", "benchmark.warmup_steps=1",
                       "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled", *layout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    import json
 
-    steps = json.loads((tmp_path / "result.json").read_text())["steps"]
+    steps = read_result(tmp_path / "result.json")["steps"]
     assert steps[-1]["loss"] < steps[0]["loss"]
 
 
@@ -175,7 +175,6 @@ def test_tensor_parallel_and_fsdp_keep_the_tie_and_the_losses_of_data_parallel(t
     """Under tp=2 the output head shares the vocabulary-sharded embedding (as Megatron's tied embedding does), and
     FSDP2 shards the one tied parameter: the same model as DDP's, so the same losses from the same initial
     values, and no untied warning."""
-    import json
 
     from tests.conftest import run_launch
 
@@ -187,7 +186,7 @@ def test_tensor_parallel_and_fsdp_keep_the_tie_and_the_losses_of_data_parallel(t
                           "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
                           "platform.devices_per_node=2", layout)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        result = json.loads((out / "result.json").read_text())
+        result = read_result(out / "result.json")
         losses[name], warnings[name] = [s["loss"] for s in result["steps"]], result["warnings"]
         assert result["framework"]["effective"]["embeddings_tied"] is True
     assert losses["tp"] == pytest.approx(losses["ddp"], rel=1e-5) and losses["fsdp"] == pytest.approx(losses["ddp"],

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file, ingest_text
 from tprimat.logs.parsers import parse_text
-from tprimat.results.result import validate_result
+from tprimat.results.result import read_result, validate_result
 
 CORPUS = ROOT.parent / "shared" / "logs"
 CORPUS_LOGS = [pytest.param(p, id=p.stem) for p in sorted(CORPUS.glob("*.log"))] if CORPUS.is_dir() else []
@@ -216,7 +216,7 @@ def test_wandb_offline_run_of_a_real_benchmark(default_run):
     run_dir, _ = default_run
     from tprimat.results.wandb_offline import find_offline_runs
 
-    live = json.loads((run_dir / "result.json").read_text())
+    live = read_result(run_dir / "result.json")
     result = ingest_file(find_offline_runs(run_dir)[0], Meta(compose))
     assert result["source"]["format"] == "wandb"
     assert [s["loss"] for s in result["steps"]] == pytest.approx([s["loss"] for s in live["steps"]])
@@ -236,7 +236,7 @@ def test_cli_writes_one_result_per_run(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tprimat", "ingest", str(logs), "--out", str(out), "--model", "llama",
                            "--seq-length", "4096", "--devices", "8"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    results = [json.loads(p.read_text()) for p in out.rglob("result.json")]
+    results = [read_result(p) for p in out.rglob("result.json")]
     assert sorted(r["status"] for r in results) == ["failed", "ok"]
     assert all(validate_result(r) == [] for r in results)
 

@@ -1,7 +1,6 @@
 """A tprimat run's own console log (``launch.log``), ingested back, gives the run's own summary: the log
 states the spec, each step to the microsecond and which steps were warm-up (``tprimat.logs.tprimat``)."""
 
-import json
 import logging
 
 import pytest
@@ -11,6 +10,7 @@ from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file, ingest_text
 from tprimat.logs.parsers import detect, parse_lines
 from tprimat.logs.tprimat import WHERE
+from tprimat.results.result import read_result
 
 HEADLINE = ("tokens_per_s_per_device", "tflops_per_device")
 
@@ -27,7 +27,7 @@ def same_summary(ingested: dict, run: dict) -> None:
 def test_the_main_jobs_log_ingested_back_gives_its_summary(default_run):
     run_dir, proc = default_run
     assert proc.returncode == 0, proc.stderr[-2000:]
-    run = json.loads((run_dir / "result.json").read_text())
+    run = read_result(run_dir / "result.json")
     ingested = ingest_file(run_dir / "launch.log", Meta(compose, []))
     assert ingested["status"] == "ok" and ingested["source"]["format"] == "tprimat"
     assert ingested["framework"]["name"] == "native" and ingested["spec"]["model"] == run["spec"]["model"]

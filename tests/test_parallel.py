@@ -5,14 +5,13 @@ Stated tolerance: relative 1e-5 on the loss and 1e-4 on the gradient norm for th
 reductions run in a different order across ranks).
 """
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, run_inprocess, run_launch
-from tprimat.results.result import validate_result
+from tprimat.results.result import read_result, validate_result
 
 pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
 
@@ -40,7 +39,7 @@ def single(tmp_path_factory):
 def launched(tmp_path, overrides):
     proc = run_launch(tmp_path, *overrides)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     return result, proc
 
@@ -84,7 +83,7 @@ def test_under_torchrun_ranks_initialise_from_the_environment(tmp_path):
                           env={**__import__("os").environ, "GLOO_SOCKET_IFNAME": "lo"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "launching 2 local ranks" not in proc.stdout + proc.stderr
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
     assert result["environment"]["env"]["WORLD_SIZE"] == "2"
 

@@ -2,13 +2,13 @@
 `frameworks=[...]` selects, and maximum_performance gives each framework the platform's tuned settings in the
 form that framework runs them."""
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import ROOT, compose_config
+from tprimat.results.result import read_result
 
 pytestmark = pytest.mark.slow  # Hydra multiruns
 
@@ -17,7 +17,7 @@ def sweep(tmp_path, *overrides):
     proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), *overrides, "dry_run=true",
                            f"hydra.sweep.dir={tmp_path}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/result.json"), key=lambda p: int(p.parent.name))]
+    return [read_result(p) for p in sorted(tmp_path.glob("*/result.json"), key=lambda p: int(p.parent.name))]
 
 
 @pytest.mark.parametrize("preset,points,keys", [

@@ -136,16 +136,18 @@ JSON_VALUES = st.recursive(JSON_LEAVES, lambda inner: st.lists(inner, max_size=3
                                   max_size=5))
 def test_written_json_is_the_data_with_non_finite_numbers_null(sections, steps):
     """Whatever the result holds, the file reads back as the data with NaN and infinities null (as json's own
-    encoder writes them, read back with each constant as null); without a list of step objects it is the same
-    text as json.dump(indent=2), and each step object takes one line."""
+    encoder writes them, read back with each constant as null); without arrays it is the same text as
+    json.dump(indent=2); an array of plain values (a step column) takes one line, and so does each step object."""
     data = dict(sections) if steps is None else {**sections, "steps": steps}
     out = io.StringIO()
     write_json(data, out)
     expected = json.loads(json.dumps(data), parse_constant=lambda _: None)
     assert json.loads(out.getvalue()) == expected
-    listed = [v for v in data.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-    if not listed:
+    if "[" not in json.dumps(data):
         assert out.getvalue() == json.dumps(expected, indent=2) + "\n"
+    for key, value in expected.items():
+        if isinstance(value, list) and value and not any(isinstance(v, (list, dict)) for v in value):
+            assert f"\n  {json.dumps(key)}: {json.dumps(value)}" in out.getvalue()
     if steps:
         block = out.getvalue().split('\n  "steps": [\n', 1)[1].split("\n  ]", 1)[0]
         assert [json.loads(line.strip().rstrip(",")) for line in block.splitlines()] == expected["steps"]
@@ -189,9 +191,16 @@ def test_steps_validated_by_shape_give_every_error_jsonschema_gives(ingested, ed
             steps[i].pop(field[1:], None)
         elif isinstance(steps[i], dict):
             steps[i][field] = value
-    everything = jsonschema.Draft202012Validator(schema()).iter_errors(result)
-    expected = [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
-                for e in sorted(everything, key=lambda e: list(e.absolute_path))]
+    # the file's layout (columns, here none) by the whole schema; every step, as a row, by the step schema
+    stub = {"count": 0, **{name: [] for name in ("step", "step_time_s", "tokens", "loss", "lr", "grad_norm",
+                                                 "memory_gib", "peak_memory_gib", "repeat", "warmup")}, "reported": None}
+    everything = [(list(e.absolute_path), e.message)
+                  for e in jsonschema.Draft202012Validator(schema()).iter_errors({**result, "steps": stub})]
+    one_step = jsonschema.Draft202012Validator({"$defs": schema()["$defs"], "$ref": "#/$defs/step"})
+    everything += [(["steps", i, *e.absolute_path], e.message) for i, step in enumerate(steps)
+                   for e in one_step.iter_errors(step)]
+    expected = [f"{'/'.join(str(p) for p in path) or '<root>'}: {message}"
+                for path, message in sorted(everything, key=lambda e: e[0])]
     assert validate_result(result) == expected
 
 
@@ -217,7 +226,7 @@ def test_the_shipped_step_schema_is_validated_by_shape_and_other_keywords_are_no
     from tprimat.results.result import schema
 
     full = copy.deepcopy(schema())
-    defs, steps = full["$defs"], full["properties"]["steps"]
+    defs, steps = full["$defs"], {"type": "array", "items": {"$ref": "#/$defs/step"}}  # the steps as rows
     assert shapes.exact_for(steps, defs)
     defs["step"]["properties"]["tokens"]["maximum"] = 10  # compares with 10, not 0: a kind cannot tell
     assert not shapes.exact_for(steps, defs)
@@ -227,3 +236,66 @@ def test_the_shipped_step_schema_is_validated_by_shape_and_other_keywords_are_no
     defs["number_or_null"].pop("enum")
     steps["minItems"] = 1
     assert not shapes.exact_for(steps, defs)
+
+
+STEP_NUMBERS = st.none() | st.integers(0, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
+PRINTED = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-5, 5) | st.text(max_size=3)
+BY_KEY = st.dictionaries(st.sampled_from(["0", "1", "7"]), st.floats(0.1, 9.0), min_size=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({
+    "step": st.integers(0, 10**6), "step_time_s": STEP_NUMBERS, "tokens": st.none() | st.integers(0, 10**9),
+    "loss": STEP_NUMBERS, "lr": STEP_NUMBERS, "grad_norm": STEP_NUMBERS, "memory_gib": STEP_NUMBERS,
+    "peak_memory_gib": STEP_NUMBERS, "repeat": st.integers(0, 3), "warmup": st.booleans(),
+    "reported": st.none() | st.fixed_dictionaries({}, optional={
+        "tflops_per_gpu": PRINTED, "samples_per_s": PRINTED, "step_time_s_by_rank": BY_KEY})}), max_size=8))
+def test_steps_are_stored_as_columns_and_read_back_as_the_same_rows(rows, tmp_path_factory):
+    """A result's steps, written (one array per field and per printed name) and read back, are the same rows:
+    a step without a reported object reads back with an empty one, unless no step has one (a live run)."""
+    out = tmp_path_factory.mktemp("columns")
+    write_result({"schema_version": SCHEMA_VERSION, "steps": rows}, out)
+    stored = json.loads((out / "result.json").read_text())["steps"]
+    assert stored["count"] == len(rows) and stored["loss"] == [r["loss"] for r in rows]
+    assert stored["warmup"] == [r["warmup"] for r in rows]
+    every_none = all(r["reported"] is None for r in rows)
+    expected = [{**r, "reported": None if every_none else (r["reported"] or {})} for r in rows]
+    assert read_result(out)["steps"] == expected
+
+
+def test_an_ingested_result_reads_back_as_written_and_a_broken_column_is_named(ingested, tmp_path):
+    write_result(ingested, tmp_path)
+    stored = json.loads((tmp_path / "result.json").read_text())
+    assert stored["schema_version"] == "2.0" and stored["steps"]["count"] == 30
+    assert stored["steps"]["reported"]["global_batch_size"] == [256] * 30  # what the log printed, a column
+    back = read_result(tmp_path)
+    assert back["steps"] == ingested["steps"] and validate_result(back) == []
+    stored["steps"]["loss"].pop()  # 29 losses for 30 steps
+    (tmp_path / "result.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="steps/loss: 29 values, but steps/count is 30"):
+        read_result(tmp_path)
+    check = subprocess.run([sys.executable, "-m", "tprimat", "check", str(tmp_path)], capture_output=True, text=True,
+                           cwd=ROOT)
+    assert check.returncode == 1 and "cannot read: steps/loss: 29 values, but steps/count is 30" in check.stdout
+
+
+def test_a_result_of_schema_1_1_with_steps_as_objects_still_reads_and_validates(ingested, tmp_path):
+    """Results written before schema 2.0 hold their steps as an array of objects."""
+    old = {**ingested, "schema_version": "1.1"}
+    (tmp_path / "result.json").write_text(json.dumps(old, indent=2))
+    back = read_result(tmp_path)
+    assert back["steps"] == ingested["steps"] and validate_result(back) == []
+
+
+POOL = st.sampled_from([0.0, -0.0, 1.0, 1, True, False, None, float("nan"), float("inf"), 1024.0, 0.1, 3, "x", 2.5e-07])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool=st.lists(POOL, min_size=1, max_size=3), picks=st.lists(st.integers(0, 2), min_size=1, max_size=40))
+def test_a_column_of_repeated_values_is_the_text_json_writes(pool, picks):
+    """Columns of few distinct values (encoded once each) give exactly json's own text (non-finite as null): also
+    for 1 == 1.0 == True, 0.0 == -0.0 and NaN, which equal each other (or not themselves) but print apart."""
+    from tprimat.results.result import compact, finite
+
+    values = [pool[i % len(pool)] for i in picks]
+    assert compact(values) == json.dumps(finite(values))

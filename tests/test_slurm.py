@@ -2,7 +2,6 @@
 accounting) started on loopback for these tests, a 2-point sweep with 2 tasks (gloo ranks) per point, and a
 cancelled job recorded as failed. Needs root and Debian's packages (installed by the fixture when missing)."""
 
-import json
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.slurm_cluster import Cluster, install
+from tprimat.results.result import read_result
 
 pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
 
@@ -42,7 +42,7 @@ def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
                           env=cluster.env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for point in ("0", "1"):
-        result = json.loads((tmp_path / "s" / point / "result.json").read_text())
+        result = read_result(tmp_path / "s" / point / "result.json")
         assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
         assert result["environment"]["env"]["SLURM_NTASKS"] == "2"  # initialised from Slurm's tasks
         assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()
@@ -75,7 +75,7 @@ def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
     assert cluster.run("scancel", job.split()[0]).returncode == 0
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, output[-3000:]
-    result = json.loads((tmp_path / "s" / "0" / "result.json").read_text())
+    result = read_result(tmp_path / "s" / "0" / "result.json")
     assert result["status"] == "failed" and "CANCELLED" in result["error"]
     assert "failed" in (tmp_path / "s" / "sweep_summary.csv").read_text()
 
@@ -88,7 +88,7 @@ def test_srun_one_task_per_rank(cluster, tmp_path):
                            f"hydra.run.dir={run_dir}", *RUN], cwd=tmp_path, env=cluster.env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((run_dir / "result.json").read_text())
+    result = read_result(run_dir / "result.json")
     assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
     assert result["environment"]["env"]["SLURM_NTASKS"] == "2"
     assert (run_dir / ".hydra" / "config.yaml").exists()

@@ -74,11 +74,10 @@ def sweep(sweep_dir, *overrides, timeout=600):
 
 
 def result_of(path):
-    import json
 
-    from tprimat.results.result import validate_result
+    from tprimat.results.result import read_result, validate_result
 
-    result = json.loads((path / "result.json").read_text())
+    result = read_result(path / "result.json")
     assert validate_result(result) == [], validate_result(result)
     return result
 

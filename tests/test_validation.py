@@ -1,12 +1,12 @@
 """The table of bad inputs: each rule gives one line naming the keys and values; exit code 2, no traceback."""
 
-import json
 
 import pytest
 
 from tests.conftest import run_inprocess, run_launch
 from tprimat.compose import compose
 from tprimat.measure.devices import detect
+from tprimat.results.result import read_result
 from tprimat.spec.build import SpecError, build_spec
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.validate import validate
@@ -118,7 +118,7 @@ def test_invalid_run_exits_2_without_traceback_and_records_why(tmp_path):
     output = proc.stdout + proc.stderr
     assert "Traceback" not in output
     assert "training.global_batch_size=10" in output and "training.precision=fp8" in output
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert result["status"] == "invalid" and "divisible by micro_batch_size" in result["error"]
 
 
@@ -156,7 +156,7 @@ def test_non_finite_numbers_are_refused_at_the_typed_boundary(override):
 def test_an_unresolvable_interpolation_is_invalid_with_one_line(tmp_path):
     proc = run_launch(tmp_path, "training.optimizer.lr=${foo.bar}", "logging.wandb.mode=disabled")
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = read_result(tmp_path / "result.json")
     assert result["status"] == "invalid" and result["error"] == (
         "cannot resolve the config: InterpolationKeyError: Interpolation key 'foo.bar' not found")
 

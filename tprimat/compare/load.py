@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tprimat.results.result import validate_result
+from tprimat.results.result import from_json, validate_result
+
+KNOWN_VERSIONS = ("1.0", "1.1", "2.0")  # validated; a newer file is read as far as it goes
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,12 @@ def load(paths: list[str]) -> LoadReport:
         if data["status"] != "ok":
             report.skipped.append((path, f"status {data['status']}"))
             continue
-        problems = validate_result(data) if data["schema_version"] in ("1.0", "1.1") else []
+        try:
+            data = from_json(data)  # stored step columns (schema 2.0) as rows
+        except ValueError as exc:
+            report.skipped.append((path, f"does not match the result schema: {exc}"))
+            continue
+        problems = validate_result(data) if data["schema_version"] in KNOWN_VERSIONS else []
         if problems:
             report.skipped.append((path, f"does not match the result schema: {problems[0]}"))
             continue

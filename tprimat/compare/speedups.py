@@ -81,9 +81,15 @@ def settings_differences(a: Group, b: Group) -> list[str]:
     return [f"{k} ({fa.get(k)} vs {fb.get(k)})" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
+# the schema version whose figures each version's are: 2.0 changed only how steps are stored (as columns), 1.1
+# what an ingested figure may be (null, not a default dressed as a measurement)
+FIGURES_OF = {"1.0": "1.0", "1.1": "1.1", "2.0": "1.1"}
+
+
 def refusal(a: Group, b: Group) -> Optional[str]:
-    if a.first["schema_version"] != b.first["schema_version"]:
-        return f"result schema versions differ ({a.first['schema_version']} vs {b.first['schema_version']})"
+    va, vb = a.first["schema_version"], b.first["schema_version"]
+    if FIGURES_OF.get(va, va) != FIGURES_OF.get(vb, vb):
+        return f"result schema versions differ ({va} vs {vb}): their figures do not mean the same"
     for group in (a, b):
         for run in group.runs:
             audit = run.result.get("audit")

@@ -16,13 +16,14 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import methodcaller, truediv
+from operator import truediv
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
 from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
+from tprimat.logs.stepcolumns import StepColumns
 from tprimat.logs.stream import Step
 from tprimat.results.metrics import Columns, summarize
 from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
@@ -76,8 +77,8 @@ def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
     return st
 
 
-def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings: list[str],
-                   marked: bool = False) -> list[dict]:
+def complete_steps(steps: Sequence[dict], spec: dict, world: Optional[int], warnings: list[str],
+                   marked: bool = False) -> Sequence[dict]:
     """The parsed steps completed in place into the result's steps (tokens, step time, warm-up). ``marked``:
     the log marked its warm-up steps itself (each repeat's own), kept as marked."""
     wanted = spec["benchmark"]["warmup_steps"]
@@ -87,6 +88,7 @@ def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings
     gbs, seq = spec["training"]["global_batch_size"], spec["training"]["seq_length"]
     if not marked and complete_uniform(steps, gbs, seq, warmup):
         return steps
+    steps = steps if isinstance(steps, list) else list(steps)  # held as columns: one dict per step, completed
     previous = None
     for i, s in enumerate(steps):
         complete_step(s, gbs, seq, world, previous, s["warmup"] if marked else i < warmup, warnings)
@@ -97,7 +99,7 @@ def complete_steps(steps: list[dict], spec: dict, world: Optional[int], warnings
 def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Optional[int]) -> dict:
     """Which FLOPs convention the framework's own TFLOP/s used: the candidate that reproduces it within 2%."""
     kept = Columns.of(records).kept()
-    printed = tuple(map(methodcaller("get", "tflops_per_gpu"), kept.reported))
+    printed = kept.printed("tflops_per_gpu")
     paired = list(map(all, zip(printed, kept.step_time_s, kept.tokens)))  # each a figure, a time and tokens
     if not any(paired):
         return {"reported_tflops_per_device": None, "reported_flops_convention": None}
@@ -137,8 +139,9 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     marked = parsed.format in STEP_WARMUP_FORMATS and meta.warmup_steps is None
     steps = complete_steps(parsed.steps, st.spec, world, st.warnings, marked)
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
-    # parsed steps read as records themselves; steps from other sources (TensorBoard, W&B) become records
-    records = steps if set(map(type, steps)) <= {Step} else [as_record(s) for s in steps]
+    # parsed steps (as columns, or dicts) read as records themselves; steps from other sources (TensorBoard, W&B)
+    # become records
+    records = steps if isinstance(steps, StepColumns) or set(map(type, steps)) <= {Step} else [as_record(s) for s in steps]
     summary = summarize(records, plan["world_size"], plan["flops_per_token"], plan["peak_tflops"], timing="reported")
     if summary is not None:
         summary.update(infer_convention(parsed.format, records, st, plan["world_size"]))

@@ -61,6 +61,14 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
         unread = [] if plain(texts[0]) else texts[:1]
         return [current] * len(texts), (None if average is None else [average] * len(texts)), unread
     distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
+    if len(distinct) == len(texts) and divisor is None:  # no text repeats (a loss): each converted as it comes
+        try:
+            values = list(map(float, texts))
+        except ValueError:
+            pass
+        else:
+            if all(map(math.isfinite, values)):
+                return values, None, []
     try:
         value_of = dict(zip(distinct, map(float, distinct)))
     except ValueError:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from itertools import repeat
+from operator import itemgetter
 from typing import Optional
 
 from tprimat.logs import columns
 from tprimat.logs.clean import Line, count, number
-from tprimat.logs.stream import BLOCK_TRIGGERS, Step, StreamParser, new_step, new_steps
+from tprimat.logs.stepcolumns import StepColumns
+from tprimat.logs.stream import BLOCK_TRIGGERS, Step, StreamParser, new_step
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 MEMORY = re.compile(r"\(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)")
@@ -49,6 +50,7 @@ class TableFields:
 
 
 WORD_CHAR = re.compile(r"\w")
+LAST_CHAR = itemgetter(slice(-1, None))
 
 
 def word_start(text: str, word: str) -> bool:
@@ -57,7 +59,7 @@ def word_start(text: str, word: str) -> bool:
     pieces = text.split(word)
     if "" in pieces[1:-1]:  # a word right after another: its first letters before it
         return False
-    return not WORD_CHAR.search("".join(piece[-1:] for piece in pieces[:-1]))
+    return not WORD_CHAR.search("".join(map(LAST_CHAR, pieces[:-1])))
 
 
 def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
@@ -190,10 +192,10 @@ class MegatronParser(StreamParser):
                 step["memory_gib"], step["peak_memory_gib"] = self.memory.pop(keys[i])
             return step
 
-        def many(rows: slice) -> list[Step]:
-            printed = map(dict, map(zip, repeat(names), zip(*(column[rows] for column in reported))))
-            return new_steps(keys[rows], printed, loss=loss[rows], lr=lr[rows], grad_norm=grad_norm[rows],
-                             step_time_s=times[rows])
+        def many(rows: slice) -> StepColumns:
+            return StepColumns.of(len(keys[rows]), {"step": keys[rows], "step_time_s": times[rows], "loss": loss[rows],
+                                                    "lr": lr[rows], "grad_norm": grad_norm[rows]},
+                                  {name: column[rows] for name, column in zip(names, reported)})
 
         return self.offer_rows(keys, ranks, times, echo_times, one, many)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, TextIO
+from typing import Iterable, Optional, Sequence, TextIO
 
 from tprimat.logs.deepspeed import DS_STEP, DS_TIMER, DeepspeedParser
 from tprimat.logs.hf import HF_DICT, HfParser
 from tprimat.logs.megatron import ITERATION, MegatronParser, PrimusParser
 from tprimat.logs.mlperf import MARK, MlperfParser
 from tprimat.logs.nemo import NEMO2, NemoParser
+from tprimat.logs.stepcolumns import StepColumns
 from tprimat.logs.stream import StreamParser
 from tprimat.logs.torchtitan import TITAN, TorchtitanParser
 from tprimat.logs.tprimat import STEP as TPRIMAT_STEP
@@ -71,7 +72,7 @@ class Unrecognised(StreamParser):
 @dataclass
 class Parsed:
     format: str
-    steps: list[dict]
+    steps: Sequence[dict]  # parsed steps in (repeat, step) order: a list, or ``StepColumns`` from ``parse_stream``
     error: Optional[str]
     facts: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
@@ -89,27 +90,33 @@ def parse_lines(lines: Iterable[str], fmt: Optional[str]) -> Parsed:
 def finished(parser: StreamParser, steps: list[dict], fmt: Optional[str]) -> Parsed:
     steps += parser.finish()
     steps.sort(key=lambda s: (s["repeat"], s["step"]))
-    error = parser.error
-    if not steps and error is None:
-        error = "no training step found" + ("" if fmt else " (format not recognised)")
-    return Parsed(fmt or "unknown", steps, error, parser.facts, parser.extra)
+    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)
+
+
+def no_steps(parser: StreamParser, steps, fmt: Optional[str]) -> Optional[str]:
+    """The parse's error: the failure the log shows, else none found when no step was."""
+    if parser.error is None and not len(steps):
+        return "no training step found" + ("" if fmt else " (format not recognised)")
+    return parser.error
 
 
 def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = 1 << 20) -> Parsed:
-    """A text file read in blocks (each cut at its last line end) through ``feed_block``: the same result as
-    ``parse_lines`` over its lines, faster on long logs."""
+    """A text file read in blocks (each cut at its last line end) through ``feed_block``: the same steps as
+    ``parse_lines`` over its lines (held as columns: ``StepColumns``), faster on long logs."""
     parser = PARSERS[fmt]() if fmt in PARSERS else Unrecognised()
-    steps: list[dict] = []
+    steps = StepColumns()
     carry = ""
     for block in iter(lambda: f.read(block_chars), ""):
         block = carry + block
         cut = block.rfind("\n") + 1
         carry = block[cut:]
         if cut:
-            steps += parser.feed_block(block[:cut])
+            steps.add(parser.feed_block(block[:cut]))
     if carry:
-        steps += parser.feed(carry)
-    return finished(parser, steps, fmt)
+        steps.add(parser.feed(carry))
+    steps.add(parser.finish())
+    steps.sort()
+    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)
 
 
 def parse_text(raw: str, fmt: str = "auto") -> Parsed:

@@ -17,10 +17,13 @@ import operator
 import re
 from itertools import repeat
 from operator import itemgetter
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from tprimat.logs import facts as facts_mod
 from tprimat.logs.clean import PLAIN_LABEL, Line, clean
+
+if TYPE_CHECKING:
+    from tprimat.logs.stepcolumns import StepColumns
 
 FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOfMemoryError", "NCCL Error",
                  "SIGABRT", "Segmentation fault", "[ERROR]")
@@ -161,12 +164,13 @@ class StreamParser:
             by_rank.setdefault(str(rank), time_s)
 
     def offer_rows(self, keys: list[int], ranks: list, times: list, echo_times: list,
-                   one: Callable[[int], Step], many: Callable[[slice], list[Step]]) -> list[Step]:
+                   one: Callable[[int], Step], many: Callable[[slice], StepColumns]) -> list:
         """A table's step lines (``columns``), in order: the same steps as offering them one by one. Rows of a
         step already held or seen, and the last printed step, go one by one (``one(i)`` builds row i's step);
         between them, where every step is printed by the same ranks in the same order (one row each, step
         numbers increasing, each step new), all steps at once (``many(rows)`` builds the steps of rows
-        ``rows``, a slice; each step's rows are its ranks' copies, ``step_time_s_by_rank`` from ``times``)."""
+        ``rows``, a slice, as one ``StepColumns`` chunk; each step's rows are its ranks' copies,
+        ``step_time_s_by_rank`` from ``times``)."""
         steps: list[Step] = []
         n, start = len(keys), 0
         while start < n and (keys[start] in self.seen or (self.pending is not None and self.pending["step"] == keys[start])):
@@ -182,10 +186,9 @@ class StreamParser:
             if period > 1:
                 names = [str(rank) for rank in ranks[start:start + period]]
                 by_rank = map(dict, map(zip, repeat(names), zip(*(times[start + j:stop:period] for j in range(period)))))
-                for step, spread in zip(built, by_rank):
-                    step["reported"]["step_time_s_by_rank"] = spread
+                built.reported["step_time_s_by_rank"] = list(by_rank)  # one more printed column
             self.seen.update(keys[start:stop:period])
-            steps += built
+            steps.append(built)
             start = stop
         for i in range(start, n):
             steps += self.row(i, keys, ranks, echo_times, one)
@@ -264,14 +267,6 @@ class Step(dict):
 
 for _field in STEP_FIELDS:
     setattr(Step, _field, property(itemgetter(_field)))
-
-
-def new_steps(steps: list[int], reported: Iterable[dict], loss: list, lr: list, grad_norm: list,
-              step_time_s: list) -> list[Step]:
-    """``new_step`` of many steps at once (no memory figures), the dicts built by C-level ``map``."""
-    values = zip(steps, step_time_s, repeat(None), loss, lr, grad_norm, repeat(None), repeat(None), repeat(0),
-                 repeat(False), reported)
-    return list(map(Step, map(zip, repeat(STEP_FIELDS), values)))
 
 
 def new_step(step: int, reported: dict, loss=None, lr=None, grad_norm=None, step_time_s=None,

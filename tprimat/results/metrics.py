@@ -67,46 +67,67 @@ def reported_medians(records: list[StepRecord]) -> dict:
 
 
 def _reported_medians(kept: "Columns") -> dict:
-    printed = list(filter(None, kept.reported))
     medians = {}
     for name in REPORTED:
-        if any(map(operator.contains, printed, repeat(name))):
-            values = [v for v in map(methodcaller("get", name), printed) if v is not None and v >= 0]  # a negative
-            if values:  # rate is a timer artefact
-                medians[name] = statistics.median(values)
+        values = list(filter(NOT_NONE, kept.printed(name)))
+        if values and min(values) < 0:  # a negative rate, which no throughput can be, is a timer artefact
+            values = [v for v in values if v >= 0]
+        if values:
+            medians[name] = statistics.median(values)
     return medians
 
 
 class Columns:
     """Step records read a field at a time (``columns.step_time_s``: that field of every record, in order, read
-    once, in a C-level pass): the summary reads each field it needs once, not each record's attributes once per
-    figure (300k steps of an ingested log)."""
+    once, in a C-level pass; ``columns.printed(name)``: what each printed for ``name``): the summary reads each
+    field it needs once, not each record's attributes once per figure (300k steps of an ingested log). Steps
+    held as columns (``StepColumns``) are read as they are held."""
 
-    def __init__(self, records: list, getter: Callable[[str], Callable]) -> None:
-        self.records, self.getter, self.cache = records, getter, {}
+    def __init__(self, field: Callable[[str], Iterable], printed: Callable[[str], Iterable], count: int) -> None:
+        self.field, self.printed_of, self.count, self.cache = field, printed, count, {}
 
     @classmethod
-    def of(cls, records: list) -> "Columns":
+    def of(cls, records) -> "Columns":
+        if hasattr(records, "printed"):  # StepColumns
+            return cls(records.column, records.printed, len(records))
         dicts = all(map(isinstance, records, repeat(dict)))  # parsed steps, result step objects
-        return cls(records, itemgetter if dicts else attrgetter)
+        getter = itemgetter if dicts else attrgetter
+
+        def field(name: str) -> Iterable:
+            try:
+                return tuple(map(getter(name), records))
+            except KeyError:  # a step object without the field: null
+                return tuple(map(methodcaller("get", name), records))
+
+        def printed(name: str) -> Iterable:
+            return tuple(p.get(name) if p else None for p in field("reported"))
+
+        return cls(field, printed, len(records))
 
     def __getattr__(self, name: str) -> tuple:
         if name not in FIELD_NAMES:
             raise AttributeError(name)
         if name not in self.cache:
-            try:
-                self.cache[name] = tuple(map(self.getter(name), self.records))
-            except KeyError:  # a step object without the field: null
-                self.cache[name] = tuple(map(methodcaller("get", name), self.records))
+            self.cache[name] = tuple(self.field(name))
         return self.cache[name]
 
+    def printed(self, name: str) -> tuple:
+        """What each record printed for ``name`` (None: not printed)."""
+        key = ("printed", name)
+        if key not in self.cache:
+            self.cache[key] = tuple(self.printed_of(name))
+        return self.cache[key]
+
     def __len__(self) -> int:
-        return len(self.records)
+        return self.count
 
     def where(self, keep: Iterable) -> "Columns":
         """The records whose ``keep`` is true."""
         keep = list(keep)
-        return self if all(keep) else Columns(list(compress(self.records, keep)), self.getter)
+        if all(keep):
+            return self
+        return Columns(lambda name: compress(getattr(self, name), keep),
+                       lambda name: compress(self.printed(name), keep), sum(map(bool, keep)))
 
     def kept(self) -> "Columns":
         """The records that are not warm-up."""
@@ -146,8 +167,7 @@ def summarize(records: list[StepRecord], world_size: Optional[int], flops_per_to
 def step_time_source(timed: Columns, timing: str) -> Optional[str]:
     if not len(timed):
         return None
-    derived = any(map(methodcaller("get", "step_time_s_from"), filter(None, timed.reported)))
-    return "computed" if derived else timing
+    return "computed" if any(timed.printed("step_time_s_from")) else timing
 
 
 def headline(measured: Columns, world: Optional[int], flops_per_token: Optional[float],

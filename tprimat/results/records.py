@@ -94,7 +94,10 @@ def complete_uniform(steps: list[dict], gbs: Optional[int], seq: Optional[int], 
     """``complete_step`` of every parsed step at once, where it does the same to each: the steps of one parser
     (every field, ``reported`` set), all with a positive printed step time and int step numbers, and the same
     tokens per step (one printed batch size and sequence length, or none printed and both stated). The first
-    ``warmup`` steps are warm-up. False, and nothing changed, otherwise."""
+    ``warmup`` steps are warm-up. False, and nothing changed, otherwise. Steps held as columns are completed as
+    columns."""
+    if hasattr(steps, "printed"):
+        return _complete_uniform_columns(steps, gbs, seq, warmup)
     if not steps or set(map(len, steps)) != {len(FIELD_NAMES)}:
         return False
     reported = list(map(itemgetter("reported"), steps))
@@ -110,6 +113,24 @@ def complete_uniform(steps: list[dict], gbs: Optional[int], seq: Optional[int], 
         return False
     for i, step in enumerate(steps):
         step["tokens"], step["warmup"] = tokens, i < warmup
+    return True
+
+
+def _complete_uniform_columns(steps, gbs: Optional[int], seq: Optional[int], warmup: int) -> bool:
+    """``complete_uniform`` of steps held as columns (``StepColumns``: every step has its fields and ``reported``)."""
+    times, numbers = steps.column("step_time_s"), steps.column("step")
+    if not len(steps) or None in times or min(times) <= 0 or set(map(type, numbers)) != {int}:
+        return False
+    for name in ("global_batch_size", "actual_seqlen"):  # what ``tokens_of`` reads from each step
+        printed = steps.printed(name)
+        if printed.count(printed[0]) != len(printed):
+            return False
+    tokens = tokens_of(steps[0], gbs, seq, None)
+    if tokens is None:
+        return False
+    count = len(steps)
+    steps.own["tokens"] = [tokens] * count
+    steps.own["warmup"] = [True] * min(warmup, count) + [False] * max(count - warmup, 0)
     return True
 
 

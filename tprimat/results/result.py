@@ -4,6 +4,8 @@ Schema changelog:
 - 1.0: first version (status, spec, plan, environment, steps, summary, warnings).
 - 1.1: summary.provenance and summary.reported; null allowed for plan and summary figures that the evidence
   of an ingested log does not support (never a default in their place).
+- 2.0: steps stored as columns (``tprimat.results.columns``): one array per step field and per printed figure,
+  ``count`` steps. ``read_result`` reads 1.x results (steps as a list of objects) as before.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import uuid
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
+from itertools import repeat
 from pathlib import Path
 from typing import Optional
 
-from tprimat.results import shapes
+from tprimat.results import columns, shapes
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "2.0"
 STATUSES = ("ok", "failed", "invalid", "dry_run")
 RESULT_FILE = "result.json"
 
@@ -93,16 +96,30 @@ def validate_result(result: dict) -> list[str]:
     full = schema()
     validator = jsonschema.Draft202012Validator(full)
     steps, defs = result.get("steps") if isinstance(result, dict) else None, full.get("$defs", {})
-    if not isinstance(steps, list) or not steps or not shapes.exact_for(full["properties"]["steps"], defs):
-        errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors(result)]
+    if isinstance(steps, dict):  # as stored (columns): readable as rows, then each row validated
+        unreadable = columns.problems(steps)
+        if unreadable:
+            return unreadable
+        steps = columns.rows_of(steps)
+    elif hasattr(steps, "printed"):  # held as columns in memory (StepColumns)
+        steps = list(steps)
+    elif not isinstance(steps, list):
+        return [f"steps: must be an object of columns (or, in memory, a list of step objects), not "
+                f"{type(steps).__name__}"]
+    # the file's own layout (columns) is checked without its values; each step, as a row, by shape
+    errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors({**result, "steps": columns.columns_of([])})]
+    one_step = jsonschema.Draft202012Validator({"$defs": defs, **STEP_ROW})
+    if shapes.exact_for({"type": "array", "items": STEP_ROW}, defs):
+        groups = [group for group in shapes.by_shape(steps) if next(one_step.iter_errors(steps[group[0]]), None)]
     else:
-        errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors({**result, "steps": []})]
-        one_step = jsonschema.Draft202012Validator({"$defs": defs, **full["properties"]["steps"]["items"]})
-        for group in shapes.by_shape(steps):
-            if next(one_step.iter_errors(steps[group[0]]), None) is not None:
-                errors += [(["steps", i, *e.absolute_path], e.message) for i in group for e in one_step.iter_errors(steps[i])]
+        groups = [range(len(steps))]
+    errors += [(["steps", i, *e.absolute_path], e.message) for group in groups for i in group
+               for e in one_step.iter_errors(steps[i])]
     return [f"{'/'.join(str(p) for p in path) or '<root>'}: {message}"
             for path, message in sorted(errors, key=lambda e: e[0])]
+
+
+STEP_ROW = {"$ref": "#/$defs/step"}  # one step as a row: the i-th value of every column
 
 
 def finite(value):
@@ -137,8 +154,10 @@ def scheduler_reason(directory: Path) -> Optional[str]:
 
 
 def write_result(result: dict, directory: Path) -> Path:
-    """Write ``result.json`` atomically."""
-    return atomic_write_json(result, Path(directory) / RESULT_FILE)
+    """Write ``result.json`` atomically, its steps (rows in memory) as columns."""
+    steps = result.get("steps")
+    stored = result if isinstance(steps, dict) or steps is None else {**result, "steps": columns.columns_of(steps)}
+    return atomic_write_json(stored, Path(directory) / RESULT_FILE)
 
 
 def atomic_write_json(data, target: Path) -> Path:
@@ -164,23 +183,69 @@ ROWS_PER_WRITE = 4096
 
 
 def write_json(data, f) -> None:
-    """``data`` as ``json.dump(finite(data), f, indent=2)`` writes it, except that a top-level list of objects
-    (a result's steps) has one object per line: each encoded by the C encoder, in chunks, straight to ``f``.
-    A 300k-step result neither waits on the pure-Python indenting encoder nor is copied whole by ``finite``."""
-    if not isinstance(data, dict):
-        f.write(PRETTY.encode(finite(data)) + "\n")
-        return
-    f.write("{")
-    for i, (key, value) in enumerate(data.items()):
-        f.write(("," if i else "") + "\n  " + PRETTY.encode(key) + ": ")
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            f.write("[")
-            for start in range(0, len(value), ROWS_PER_WRITE):
-                f.write(("," if start else "") + "\n    " + ",\n    ".join(compact_rows(value[start:start + ROWS_PER_WRITE])))
-            f.write("\n  ]")
-        else:
-            f.write(PRETTY.encode(finite(value)).replace("\n", "\n  "))  # a JSON text holds no raw line end
-    f.write("\n}\n" if data else "}\n")
+    """``data`` as ``json.dump(finite(data), f, indent=2)`` writes it, except that an array of plain values (a
+    step column) is written on one line and an array of objects has one object per line, each by the C
+    encoder (in chunks, straight to ``f``): a 300k-step result neither waits on the pure-Python indenting
+    encoder nor is copied whole by ``finite``."""
+    for text in _encoded(data, "\n"):
+        f.write(text)
+    f.write("\n")
+
+
+PLAIN = frozenset((int, float, str, bool, type(None)))
+
+
+def _encoded(value, pad: str):
+    """The JSON text of ``value`` in pieces, nested lines starting with ``pad`` (a line end and indentation)."""
+    inner = pad + "  "
+    if isinstance(value, dict) and value:
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ("," if i else "") + inner + _key(key) + ": "
+            yield from _encoded(item, inner)
+        yield pad + "}"
+    elif isinstance(value, (list, tuple)) and value and set(map(type, value)) <= PLAIN:
+        yield compact(list(value))
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
+        yield "["
+        for start in range(0, len(value), ROWS_PER_WRITE):
+            yield ("," if start else "") + inner + ("," + inner).join(compact_rows(value[start:start + ROWS_PER_WRITE]))
+        yield pad + "]"
+    elif isinstance(value, (list, tuple)) and value:
+        yield "["
+        for i, item in enumerate(value):
+            yield ("," if i else "") + inner
+            yield from _encoded(item, inner)
+        yield pad + "]"
+    else:
+        yield PRETTY.encode(finite(value))
+
+
+def _key(key) -> str:
+    """An object key as JSON writes it (a number, bool or null key as its text, as ``json.dumps`` does)."""
+    return PRETTY.encode(key) if isinstance(key, str) else COMPACT.encode({key: None})[1:-len(": null}")]
+
+
+def compact(values: list) -> str:
+    """Plain values as one line of JSON (non-finite numbers null, as ``finite``). A step column repeats values
+    (a constant batch size, a step time printed to 0.1 ms): a column of one value, or of numbers of one type
+    with few distinct values, has each distinct value encoded once (the same text as encoding every value)."""
+    count, kinds = len(values), set(map(type, values))
+    if count > 1 and len(kinds) == 1:
+        first = values[0]
+        # equal is not the same text for 0.0 and -0.0 (only values of one type are compared: 1 == 1.0 == True)
+        signed = kinds == {float} and first == 0 and len(set(map(math.copysign, repeat(1.0), values))) > 1
+        if not signed and values.count(first) == count:
+            return "[" + ", ".join([COMPACT.encode(finite(first))] * count) + "]"
+        if kinds <= {int, float}:
+            distinct = dict.fromkeys(values)
+            if len(distinct) * 4 <= count and 0 not in distinct and all(v == v for v in distinct):  # no NaN
+                text = dict(zip(distinct, map(COMPACT.encode, map(finite, distinct))))
+                return "[" + ", ".join(map(text.__getitem__, values)) + "]"
+    try:
+        return COMPACT.encode(values)
+    except ValueError:
+        return COMPACT.encode(finite(values))
 
 
 def compact_rows(rows: list[dict]) -> list[str]:
@@ -192,5 +257,14 @@ def compact_rows(rows: list[dict]) -> list[str]:
 
 
 def read_result(path: Path) -> dict:
+    """A result file (or run directory) with its steps as rows, whatever its schema version (ValueError: not
+    JSON, or its step columns are malformed, named)."""
     path = Path(path)
-    return json.loads((path / RESULT_FILE if path.is_dir() else path).read_text())
+    return from_json(json.loads((path / RESULT_FILE if path.is_dir() else path).read_text()))
+
+
+def from_json(data):
+    """A result as read from JSON, its stored step columns (schema 2.0) as rows; anything else as it is."""
+    if isinstance(data, dict) and isinstance(data.get("steps"), dict):
+        return {**data, "steps": columns.rows_of(data["steps"])}
+    return data

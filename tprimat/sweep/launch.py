@@ -14,7 +14,7 @@ from typing import Optional
 
 from tprimat.execute.prepare import prepare
 from tprimat.measure.devices import detect
-from tprimat.results.result import RESULT_FILE, SCHEDULER, with_scheduler_reason, write_result, write_unsuccessful
+from tprimat.results.result import RESULT_FILE, SCHEDULER, read_result, with_scheduler_reason, write_result, write_unsuccessful
 from tprimat.results.steplog import rebuild
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 
@@ -106,7 +106,7 @@ def record_job_failure(point, job, exc: Exception) -> str:
     reason = f"job {job.job_id} ended {_state(job)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
     existing = point.run_dir / RESULT_FILE
     try:
-        own = json.loads(existing.read_text()) if existing.exists() else rebuild(point.run_dir)
+        own = read_result(existing) if existing.exists() else rebuild(point.run_dir)
     except ValueError:
         own = None
     if own is None:
@@ -126,7 +126,7 @@ def record_scheduler_end(point, job, settle_s: float = 30.0) -> None:
     lag the job's return by a few seconds (still RUNNING while it completes): it is polled for that long."""
     existing = point.run_dir / RESULT_FILE
     try:
-        own = json.loads(existing.read_text())
+        own = read_result(existing)
     except (OSError, ValueError):
         return
     if own.get("status") == "ok":

@@ -1,0 +1,152 @@
+"""Parsed steps held as columns: what a long log becomes when read as tables (``StreamParser.offer_rows``).
+
+A 300k-step log read into one dict per step holds about 1 KB of Python objects per step, more than the log
+spends on it; held as columns (one list per step field and per printed name) it holds a pointer per value,
+numbers shared where the log repeats them. ``StepColumns`` is a sequence of steps all the same: ``steps[i]``
+and iteration build step ``i`` as the parser's own ``Step`` (equal to the step the line-by-line path gives),
+while the summary and the result file read whole columns (``column``, ``printed``).
+"""
+
+from __future__ import annotations
+
+import operator
+from itertools import repeat
+from operator import itemgetter
+from typing import Iterable, Optional
+
+from tprimat.logs.stream import STEP_FIELDS, Step
+
+OWN = tuple(name for name in STEP_FIELDS if name != "reported")
+ITER_BLOCK = 4096  # steps built at a time when iterating
+MISSING = object()  # in a printed column: the step did not print this name (None: it printed no number)
+
+
+class StepColumns:
+    """Steps as columns, appended as whole columns (``extend``) or as parsed steps (``add``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.own: dict[str, list] = {name: [] for name in OWN}
+        self.reported: dict[str, list] = {}
+        self.gaps: set[str] = set()  # printed names whose column holds MISSING somewhere
+
+    # ------------------------------------------------------------------ building
+    def extend(self, count: int, own: dict, reported: dict) -> None:
+        """``count`` steps given as columns: ``own`` a list per step field (a field not given: the parser's
+        default, as ``new_step``), ``reported`` a list per printed name (MISSING where a step lacks it)."""
+        for name in OWN:
+            values = own.get(name)
+            self.own[name].extend(values if values is not None else repeat(DEFAULTS[name], count))
+        self._extend_printed(count, reported)
+        self.count += count
+
+    def _extend_printed(self, count: int, reported: dict) -> None:
+        for name, values in reported.items():
+            column = self.reported.get(name)
+            if column is None:
+                column = self.reported[name] = [MISSING] * self.count
+                if self.count:
+                    self.gaps.add(name)
+            column.extend(values)
+            if MISSING in values:
+                self.gaps.add(name)
+        for name in self.reported.keys() - reported.keys():
+            self.reported[name].extend(repeat(MISSING, count))
+            self.gaps.add(name)
+
+    def add(self, parts: Iterable) -> None:
+        """What a parser returned, in order: parsed steps (dicts) and ``StepColumns`` chunks."""
+        rows: list = []
+        for part in parts:
+            if isinstance(part, StepColumns):
+                self._add_rows(rows)
+                rows = []
+                self.extend(part.count, part.own, part.reported)
+                self.gaps |= part.gaps
+            else:
+                rows.append(part)
+        self._add_rows(rows)
+
+    def _add_rows(self, rows: list) -> None:
+        if not rows:
+            return
+        own = {name: [row.get(name, DEFAULTS[name]) for row in rows] for name in OWN}
+        names = dict.fromkeys(name for row in rows for name in (row.get("reported") or ()))
+        reported = {name: [(row.get("reported") or {}).get(name, MISSING) for row in rows] for name in names}
+        self.extend(len(rows), own, reported)
+
+    def sort(self) -> None:
+        """Ordered by (repeat, step), stably, as ``sorted`` orders parsed steps."""
+        keys = list(zip(self.own["repeat"], self.own["step"]))
+        if all(map(operator.le, keys, keys[1:])):
+            return
+        order = sorted(range(self.count), key=keys.__getitem__)
+        pick = itemgetter(*order) if self.count > 1 else (lambda column: tuple(column))
+        for columns in (self.own, self.reported):
+            for name, column in columns.items():
+                columns[name] = list(pick(column))
+
+    # ------------------------------------------------------------------ reading
+    def column(self, name: str) -> list:
+        """One step field of every step, in order."""
+        if name == "reported":
+            return [self[i]["reported"] for i in range(self.count)]
+        return self.own[name]
+
+    def printed(self, name: str) -> list:
+        """What every step printed for ``name`` (None: not printed)."""
+        column = self.reported.get(name)
+        if column is None:
+            return [None] * self.count
+        return [None if v is MISSING else v for v in column] if name in self.gaps else column
+
+    def names(self) -> list[str]:
+        return list(self.reported)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> Step:
+        if not isinstance(index, int):
+            raise TypeError(f"step index must be an int, not {type(index).__name__}")
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"step {index} of {self.count}")
+        step = Step(zip(OWN, (self.own[name][index] for name in OWN)))
+        step["reported"] = {name: column[index] for name, column in self.reported.items()
+                            if column[index] is not MISSING}
+        return step
+
+    def __iter__(self):
+        """Every step, built a block of columns at a time (as ``steps[i]`` builds one)."""
+        names = list(self.reported)
+        for start in range(0, self.count, ITER_BLOCK):
+            rows = slice(start, start + ITER_BLOCK)
+            steps = map(Step, map(zip, repeat(OWN), zip(*(self.own[name][rows] for name in OWN))))
+            printed = zip(*(self.reported[name][rows] for name in names)) if names else repeat((), len(range(self.count)[rows]))
+            for step, values in zip(steps, printed):
+                step["reported"] = dict(zip(names, values)) if not self.gaps else \
+                    {name: v for name, v in zip(names, values) if v is not MISSING}
+                yield step
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (StepColumns, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StepColumns({self.count} steps, printed: {', '.join(self.reported) or 'nothing'})"
+
+    @classmethod
+    def of(cls, count: int, own: dict, reported: dict) -> "StepColumns":
+        chunk = cls()
+        chunk.extend(count, own, reported)
+        return chunk
+
+    def first(self) -> Optional[Step]:
+        return self[0] if self.count else None
+
+
+DEFAULTS = {"step": None, "step_time_s": None, "tokens": None, "loss": None, "lr": None, "grad_norm": None,
+            "memory_gib": None, "peak_memory_gib": None, "repeat": 0, "warmup": False}
