@@ -193,6 +193,7 @@ def write_json(data, f) -> None:
 
 
 PLAIN = frozenset((int, float, str, bool, type(None)))
+DISTINCT_SAMPLE = 4096  # values looked at to judge whether a column repeats enough to encode each value once
 
 
 def _encoded(value, pad: str):
@@ -204,8 +205,8 @@ def _encoded(value, pad: str):
             yield ("," if i else "") + inner + _key(key) + ": "
             yield from _encoded(item, inner)
         yield pad + "}"
-    elif isinstance(value, (list, tuple)) and value and set(map(type, value)) <= PLAIN:
-        yield compact(list(value))
+    elif isinstance(value, (list, tuple)) and value and (kinds := set(map(type, value))) <= PLAIN:
+        yield compact(list(value), kinds)
     elif isinstance(value, (list, tuple)) and value and all(isinstance(v, dict) for v in value):
         yield "["
         for start in range(0, len(value), ROWS_PER_WRITE):
@@ -226,18 +227,21 @@ def _key(key) -> str:
     return PRETTY.encode(key) if isinstance(key, str) else COMPACT.encode({key: None})[1:-len(": null}")]
 
 
-def compact(values: list) -> str:
+def compact(values: list, kinds: Optional[set] = None) -> str:
     """Plain values as one line of JSON (non-finite numbers null, as ``finite``). A step column repeats values
     (a constant batch size, a step time printed to 0.1 ms): a column of one value, or of numbers of one type
-    with few distinct values, has each distinct value encoded once (the same text as encoding every value)."""
-    count, kinds = len(values), set(map(type, values))
+    with few distinct values, has each distinct value encoded once (the same text as encoding every value).
+    ``kinds``: the values' types, when known."""
+    count = len(values)
+    kinds = set(map(type, values)) if kinds is None else kinds
     if count > 1 and len(kinds) == 1:
         first = values[0]
         # equal is not the same text for 0.0 and -0.0 (only values of one type are compared: 1 == 1.0 == True)
         signed = kinds == {float} and first == 0 and len(set(map(math.copysign, repeat(1.0), values))) > 1
-        if not signed and values.count(first) == count:
+        if not signed and values[-1] == first and values.count(first) == count:
             return "[" + ", ".join([COMPACT.encode(finite(first))] * count) + "]"
-        if kinds <= {int, float}:
+        # few distinct values in the first ones (a loss, a sample count: all distinct, not worth a dict)
+        if kinds <= {int, float} and len(set(values[:DISTINCT_SAMPLE])) * 4 <= min(count, DISTINCT_SAMPLE):
             distinct = dict.fromkeys(values)
             if len(distinct) * 4 <= count and 0 not in distinct and all(v == v for v in distinct):  # no NaN
                 text = dict(zip(distinct, map(COMPACT.encode, map(finite, distinct))))
