@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from itertools import repeat
 from operator import itemgetter
-from typing import Iterable, Optional
+from typing import Iterable
 
 from tprimat.logs.stream import STEP_FIELDS, Step
 
@@ -88,9 +88,9 @@ class StepColumns:
 
     # ------------------------------------------------------------------ reading
     def column(self, name: str) -> list:
-        """One step field of every step, in order."""
+        """One step field of every step, in order (``reported``: each step's, built)."""
         if name == "reported":
-            return [self[i]["reported"] for i in range(self.count)]
+            return [step["reported"] for step in self]
         return self.own[name]
 
     def printed(self, name: str) -> list:
@@ -143,9 +143,6 @@ class StepColumns:
         chunk = cls()
         chunk.extend(count, own, reported)
         return chunk
-
-    def first(self) -> Optional[Step]:
-        return self[0] if self.count else None
 
 
 DEFAULTS = {"step": None, "step_time_s": None, "tokens": None, "loss": None, "lr": None, "grad_norm": None,
