@@ -171,7 +171,7 @@ class StreamParser:
         numbers increasing, each step new), all steps at once (``many(rows)`` builds the steps of rows
         ``rows``, a slice, as one ``StepColumns`` chunk; each step's rows are its ranks' copies,
         ``step_time_s_by_rank`` from ``times``)."""
-        steps: list[Step] = []
+        steps: list = []  # parsed steps and StepColumns chunks, in order
         n, start = len(keys), 0
         while start < n and (keys[start] in self.seen or (self.pending is not None and self.pending["step"] == keys[start])):
             steps += self.row(start, keys, ranks, echo_times, one)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from itertools import chain
 from operator import methodcaller
 
+from tprimat.logs.stepcolumns import StepColumns
 from tprimat.results.records import FIELD_NAMES
 
 FIELDS = tuple(name for name in FIELD_NAMES if name != "reported")
@@ -24,7 +25,7 @@ EMPTY: dict = {}
 
 def columns_of(steps) -> dict:
     """Step rows (or steps already held as columns: ``StepColumns``) -> the columnar JSON form."""
-    if hasattr(steps, "printed"):  # StepColumns: its own columns, as held
+    if isinstance(steps, StepColumns):  # its own columns, as held
         return _stored(len(steps), steps.column, steps.names(), steps.printed)
     printed = list(map(methodcaller("get", "reported"), steps))
     if all(p is None for p in printed):

@@ -21,6 +21,7 @@ from itertools import compress, repeat
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Callable, Iterable, Optional
 
+from tprimat.logs.stepcolumns import StepColumns
 from tprimat.results.records import FIELD_NAMES, StepRecord
 
 # Figures frameworks print per step (StepRecord.reported) -> summarised as their median over measured steps.
@@ -88,7 +89,7 @@ class Columns:
 
     @classmethod
     def of(cls, records) -> "Columns":
-        if hasattr(records, "printed"):  # StepColumns
+        if isinstance(records, StepColumns):
             return cls(records.column, records.printed, len(records))
         dicts = all(map(isinstance, records, repeat(dict)))  # parsed steps, result step objects
         getter = itemgetter if dicts else attrgetter

@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 from operator import itemgetter, methodcaller
 from typing import Optional
 
+from tprimat.logs.stepcolumns import StepColumns
+
 
 @dataclass(slots=True)
 class StepRecord:
@@ -96,7 +98,7 @@ def complete_uniform(steps: list[dict], gbs: Optional[int], seq: Optional[int], 
     tokens per step (one printed batch size and sequence length, or none printed and both stated). The first
     ``warmup`` steps are warm-up. False, and nothing changed, otherwise. Steps held as columns are completed as
     columns."""
-    if hasattr(steps, "printed"):
+    if isinstance(steps, StepColumns):
         return _complete_uniform_columns(steps, gbs, seq, warmup)
     if not steps or set(map(len, steps)) != {len(FIELD_NAMES)}:
         return False
@@ -116,7 +118,7 @@ def complete_uniform(steps: list[dict], gbs: Optional[int], seq: Optional[int], 
     return True
 
 
-def _complete_uniform_columns(steps, gbs: Optional[int], seq: Optional[int], warmup: int) -> bool:
+def _complete_uniform_columns(steps: StepColumns, gbs: Optional[int], seq: Optional[int], warmup: int) -> bool:
     """``complete_uniform`` of steps held as columns (``StepColumns``: every step has its fields and ``reported``)."""
     times, numbers = steps.column("step_time_s"), steps.column("step")
     if not len(steps) or None in times or min(times) <= 0 or set(map(type, numbers)) != {int}:

@@ -22,6 +22,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Optional
 
+from tprimat.logs.stepcolumns import StepColumns
 from tprimat.results import columns, shapes
 
 SCHEMA_VERSION = "2.0"
@@ -101,7 +102,7 @@ def validate_result(result: dict) -> list[str]:
         if unreadable:
             return unreadable
         steps = columns.rows_of(steps)
-    elif hasattr(steps, "printed"):  # held as columns in memory (StepColumns)
+    elif isinstance(steps, StepColumns):  # held as columns in memory
         steps = list(steps)
     elif not isinstance(steps, list):
         return [f"steps: must be an object of columns (or, in memory, a list of step objects), not "
