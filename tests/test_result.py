@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import QUICK, ROOT, run_inprocess
 from tprimat.backends.native.train import NativeTrainer
+from tprimat.results.columns import columns_of, row_at, rows_of
 from tprimat.results.result import SCHEMA_VERSION, read_result, validate_result, write_json, write_result
 from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
@@ -261,6 +262,7 @@ def test_steps_are_stored_as_columns_and_read_back_as_the_same_rows(rows, tmp_pa
     every_none = all(r["reported"] is None for r in rows)
     expected = [{**r, "reported": None if every_none else (r["reported"] or {})} for r in rows]
     assert read_result(out)["steps"] == expected
+    assert [row_at(stored, i) for i in range(len(rows))] == expected  # one step at a time, as validation reads
 
 
 def test_an_ingested_result_reads_back_as_written_and_a_broken_column_is_named(ingested, tmp_path):
@@ -276,7 +278,8 @@ def test_an_ingested_result_reads_back_as_written_and_a_broken_column_is_named(i
         read_result(tmp_path)
     check = subprocess.run([sys.executable, "-m", "tprimat", "check", str(tmp_path)], capture_output=True, text=True,
                            cwd=ROOT)
-    assert check.returncode == 1 and "cannot read: steps/loss: 29 values, but steps/count is 30" in check.stdout
+    assert check.returncode == 1 and "INVALID\n  steps/loss: 29 values, but steps/count is 30" in check.stdout
+    assert validate_result(stored) == ["steps/loss: 29 values, but steps/count is 30"]
 
 
 def test_a_result_of_schema_1_1_with_steps_as_objects_still_reads_and_validates(ingested, tmp_path):
@@ -299,3 +302,50 @@ def test_a_column_of_repeated_values_is_the_text_json_writes(pool, picks):
 
     values = [pool[i % len(pool)] for i in picks]
     assert compact(values) == json.dumps(finite(values))
+
+
+@settings(max_examples=300, deadline=None)
+@given(columns=st.integers(1, 4).flatmap(lambda width: st.lists(
+    st.lists(ODD_VALUES.filter(lambda v: not isinstance(v, (dict, list))), min_size=width, max_size=width),
+    max_size=12)))
+def test_steps_grouped_from_columns_are_the_groups_of_their_rows(columns):
+    """Grouping steps by shape from their columns (each distinct value's kind once) gives the groups that
+    grouping the rows themselves gives."""
+    from tprimat.results import shapes
+
+    rows = [dict(zip("abcd", values)) for values in columns]
+    as_columns = [list(column) for column in zip(*columns)] if columns else []
+    assert shapes.by_columns(as_columns) == shapes.by_shape(rows) or not columns
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 29), st.sampled_from(
+    ["step", "step_time_s", "tokens", "loss", "lr", "memory_gib", "repeat", "warmup"]), ODD_VALUES), max_size=6))
+def test_steps_validated_as_stored_columns_give_the_errors_of_their_rows(ingested, edits):
+    """A result as stored (step columns), validated without making its rows, has the violations its rows have."""
+    import copy
+
+    result = copy.deepcopy(ingested)
+    for index, field, value in edits:
+        result["steps"][index % 30][field] = value
+    stored = {**result, "steps": json.loads(json.dumps(columns_of(result["steps"])))}
+    assert validate_result(stored) == validate_result({**result, "steps": rows_of(stored["steps"])})
+
+
+NUMBER_POOLS = st.sampled_from([
+    [0.5, 1.5, 2.0, 3.0], [0.0, -0.0, 1.0], [-1.5, -2.0, -3.0], [1.0, float("inf")], [float("inf")],
+    [float("-inf"), -1.0], [float("nan"), 1.0], [0.0, 0.5], [-0.5, 0.0], [1e300, 1e-300, 7.0],
+    [0, 1, 2], [5, 7], [-3, 0], [-1, -9], [0], [True, False], [None], ["x", "y"]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool=NUMBER_POOLS, picks=st.lists(st.integers(0, 3), min_size=1, max_size=30))
+def test_a_column_s_kind_ids_are_equal_exactly_where_kinds_are(pool, picks):
+    from tprimat.results import shapes
+
+    column = [pool[i % len(pool)] for i in picks]
+    ids = shapes.kind_ids(column)
+    assert len(ids) == len(column)
+    for a in range(len(column)):
+        for b in range(len(column)):
+            assert (ids[a] == ids[b]) == (shapes.kind(column[a]) == shapes.kind(column[b]))

@@ -11,7 +11,7 @@ from pathlib import Path
 def check(paths: list[str], rebuild_missing: bool = False) -> int:
     """Validate result files (or run directories); a run directory whose result.json is missing but whose
     steps.jsonl survived is reported, or with ``--rebuild`` given a ``failed`` result rebuilt from it."""
-    from tprimat.results.result import RESULT_FILE, read_result, validate_result, write_result
+    from tprimat.results.result import RESULT_FILE, validate_result, write_result
     from tprimat.results.steplog import STEPS_FILE, rebuild
 
     bad = 0
@@ -28,8 +28,8 @@ def check(paths: list[str], rebuild_missing: bool = False) -> int:
                 bad += 1
                 print(f"{path}: cannot write the rebuilt result: {exc}")
                 continue
-        try:
-            problems = validate_result(read_result(path))
+        try:  # as stored: step columns are checked as columns, not made into one object per step first
+            problems = validate_result(json.loads((path / RESULT_FILE if path.is_dir() else path).read_text()))
         except (OSError, ValueError) as exc:
             problems = [f"cannot read: {exc}"]
         bad += bool(problems)

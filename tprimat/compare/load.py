@@ -51,14 +51,14 @@ def load(paths: list[str]) -> LoadReport:
         if data["status"] != "ok":
             report.skipped.append((path, f"status {data['status']}"))
             continue
+        problems = validate_result(data) if data["schema_version"] in KNOWN_VERSIONS else []
+        if problems:
+            report.skipped.append((path, f"does not match the result schema: {problems[0]}"))
+            continue
         try:
             data = from_json(data)  # stored step columns (schema 2.0) as rows
         except ValueError as exc:
             report.skipped.append((path, f"does not match the result schema: {exc}"))
-            continue
-        problems = validate_result(data) if data["schema_version"] in KNOWN_VERSIONS else []
-        if problems:
-            report.skipped.append((path, f"does not match the result schema: {problems[0]}"))
             continue
         report.results.append(Loaded(path, data))
     return report

@@ -117,3 +117,20 @@ def _fill(rows: list[dict], name: str, values: list) -> None:
         if value is not None:
             row[name] = value
 
+
+
+def row_at(columns: dict, index: int) -> dict:
+    """Step ``index`` of well-formed stored columns, as ``rows_of`` builds it."""
+    row = {name: columns[name][index] for name in FIELDS}
+    reported = columns.get("reported")
+    if reported is None:
+        row["reported"] = None
+        return row
+    printed = {}
+    for name, column in reported.items():
+        value = {key: v[index] for key, v in column.items() if v[index] is not None} or None \
+            if isinstance(column, dict) else column[index]
+        if value is not None:
+            printed[name] = value
+    row["reported"] = printed
+    return row

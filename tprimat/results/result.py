@@ -16,7 +16,7 @@ import os
 import tempfile
 import uuid
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
 from itertools import repeat
 from pathlib import Path
@@ -90,32 +90,40 @@ def schema() -> dict:
 
 
 def validate_result(result: dict) -> list[str]:
-    """Schema violations, one line each with the JSON path; empty when the result conforms. Steps are validated
-    by shape (``tprimat.results.shapes``: one step of each shape, every step of a shape with errors)."""
+    """Schema violations, one line each with the JSON path; empty when the result conforms. ``steps`` as stored
+    (columns), held as columns (``StepColumns``) or as rows. Steps are validated by shape
+    (``tprimat.results.shapes``: one step of each shape, every step of a shape with errors), grouped from the
+    columns where the steps are columns."""
     import jsonschema
 
     full = schema()
     validator = jsonschema.Draft202012Validator(full)
     steps, defs = result.get("steps") if isinstance(result, dict) else None, full.get("$defs", {})
-    if isinstance(steps, dict):  # as stored (columns): readable as rows, then each row validated
+    if isinstance(steps, dict):  # as stored
         unreadable = columns.problems(steps)
         if unreadable:
             return unreadable
-        steps = columns.rows_of(steps)
+        fields = [steps[name] for name in columns.FIELDS] + [[steps["reported"] is not None] * steps["count"]]
+        count, row = steps["count"], partial(columns.row_at, steps)
     elif isinstance(steps, StepColumns):  # held as columns in memory
-        steps = list(steps)
-    elif not isinstance(steps, list):
+        fields = [steps.own[name] for name in columns.FIELDS]
+        count, row = len(steps), steps.__getitem__
+    elif isinstance(steps, list):
+        fields, count, row = None, len(steps), steps.__getitem__
+    else:
         return [f"steps: must be an object of columns (or, in memory, a list of step objects), not "
                 f"{type(steps).__name__}"]
     # the file's own layout (columns) is checked without its values; each step, as a row, by shape
     errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors({**result, "steps": columns.columns_of([])})]
     one_step = jsonschema.Draft202012Validator({"$defs": defs, **STEP_ROW})
+    groups = None
     if shapes.exact_for({"type": "array", "items": STEP_ROW}, defs):
-        groups = [group for group in shapes.by_shape(steps) if next(one_step.iter_errors(steps[group[0]]), None)]
-    else:
-        groups = [range(len(steps))]
-    errors += [(["steps", i, *e.absolute_path], e.message) for group in groups for i in group
-               for e in one_step.iter_errors(steps[i])]
+        groups = shapes.by_columns(fields) if fields is not None else None
+        if groups is None:
+            groups = shapes.by_shape(steps if isinstance(steps, list) else [row(i) for i in range(count)])
+        groups = [group for group in groups if next(one_step.iter_errors(row(group[0])), None)]
+    errors += [(["steps", i, *e.absolute_path], e.message) for group in (groups if groups is not None else [range(count)])
+               for i in group for e in one_step.iter_errors(row(i))]
     return [f"{'/'.join(str(p) for p in path) or '<root>'}: {message}"
             for path, message in sorted(errors, key=lambda e: e[0])]
 
