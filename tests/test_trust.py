@@ -21,10 +21,17 @@ from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord
 
 STATED = ["training.seq_length=4096", "world_size=8"]
+# what a per-device rate is a rate of (a pair that leaves either unstated is refused), at a plausible rate:
+# 512 x 4096 tokens in 2 s on 64 devices, 16,384 tokens/s/device x ~52 GFLOP/token ~ 850 TFLOP/s per H100
+RATE_OF = ["model=llama", "world_size=64", "platform=nvidia", "platform.gpu=h100"]
 
 
 def ingested(overrides=(), text=MEGATRON_DS):
     return ingest_text(text, "run.log", Meta(compose, [*STATED, *overrides], warmup_steps=1))
+
+
+def comparable(overrides=()):
+    return ingested([*RATE_OF, *overrides])
 
 
 def loaded(*results):
@@ -73,7 +80,7 @@ def test_implausible_tflops_on_an_unknown_device_is_impossible():
 
 
 def test_precision_pairs_are_compared_and_by_filters_the_axis():
-    bf16, fp32 = ingested(["training.precision=bf16"]), ingested(["training.precision=fp32"])
+    bf16, fp32 = comparable(["training.precision=bf16"]), comparable(["training.precision=fp32"])
     for s in fp32["steps"]:
         s["step_time_s"] *= 2
     groups = build_groups(loaded(bf16, resummarise(fp32)))
@@ -86,13 +93,39 @@ def test_precision_pairs_are_compared_and_by_filters_the_axis():
         speedups(groups, by="colour")
 
 
+def test_a_pair_whose_model_or_device_is_unstated_is_refused_and_other_unstated_axes_are_named():
+    """Two ingested logs that never name their model (or device) are not shown to share it: a ratio of their
+    rates would be no framework or precision speedup at all. Other axes a side leaves unstated ride along, named."""
+    unnamed = [o for o in RATE_OF if not o.startswith("model=")]
+    [pair] = speedups(build_groups(loaded(ingested([*unnamed, "training.precision=bf16"]),
+                                          ingested([*unnamed, "training.precision=fp32"]))))
+    assert pair.point is None and pair.refused.startswith("the model is not stated for ? | megatron")
+    assert "--model" in pair.refused and pair.wording().startswith("refused: ")
+    no_device = ["model=llama", "world_size=64"]
+    [pair] = speedups(build_groups(loaded(ingested([*no_device, "training.precision=bf16"]),
+                                          ingested([*no_device, "training.precision=fp32"]))))
+    assert pair.refused.startswith("the device is not stated for llama | megatron | ? x64")
+    assert "--gpu or --system" in pair.refused
+
+    stated = ["methodology=maximum_performance", "training.compile=false", "training.activation_checkpointing=none",
+              "parallelism.tp=2", "parallelism.pp=1", "parallelism.cp=1", "parallelism.dp=32"]
+    [pair] = speedups(build_groups(loaded(comparable([*stated[1:], "training.precision=bf16"]),
+                                          comparable([*stated[1:], "training.precision=fp32"]))))
+    assert pair.kind == "precision" and pair.refused is None and pair.unverified == ["methodology"]
+    assert pair.wording().endswith("(unverified: a side does not state its methodology)")
+    assert pair.as_dict()["unverified_axes"] == ["methodology"]
+    [pair] = speedups(build_groups(loaded(comparable([*stated, "training.precision=bf16"]),
+                                          comparable([*stated, "training.precision=fp32"]))))
+    assert pair.unverified == [] and "unverified" not in pair.wording()
+
+
 def test_compile_and_fp8_recipe_are_axes_and_a_pair_differing_in_two_is_not_put_down_to_one():
     """The GPT-2 XL matrix on an H100 grouped eager, compiled and fp8 runs under one label and called compile + fp8
     vs eager a precision speedup; each optimisation is now an axis, and its groups are labelled apart."""
     graphs = ["training.compile=true", "training.compile_mode=reduce-overhead"]
-    eager = ingested(["training.precision=bf16", "training.compile=false"])
-    compiled = ingested(["training.precision=bf16", *graphs])
-    fp8 = ingested(["training.precision=fp8", "training.fp8.recipe=rowwise", *graphs])
+    eager = comparable(["training.precision=bf16", "training.compile=false"])
+    compiled = comparable(["training.precision=bf16", *graphs])
+    fp8 = comparable(["training.precision=fp8", "training.fp8.recipe=rowwise", *graphs])
     for s in compiled["steps"]:
         s["step_time_s"] /= 1.25
     groups = build_groups(loaded(eager, resummarise(compiled), fp8))
@@ -109,8 +142,8 @@ def test_compile_and_fp8_recipe_are_axes_and_a_pair_differing_in_two_is_not_put_
 def test_under_maximum_performance_a_frameworks_own_sharding_and_recompute_go_with_it():
     """maximum_performance runs the tuned settings as each framework can (conf/methodology): FSDP2 with selective
     recompute for one, ZeRO-3 with full recompute for another is one framework comparison, not three axes."""
-    tuned = ingested(["methodology=maximum_performance", "training.activation_checkpointing=selective",
-                      "parallelism.fsdp=true"])
+    tuned = comparable(["methodology=maximum_performance", "training.activation_checkpointing=selective",
+                        "parallelism.fsdp=true"])
     other = copy.deepcopy(tuned)
     other["spec"]["framework"]["name"] = "deepspeed"
     other["spec"]["training"]["activation_checkpointing"] = "full"

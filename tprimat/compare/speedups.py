@@ -7,6 +7,10 @@ one axis), each a per-device throughput ratio with an interval about that ratio:
   no significance verdict;
 - figures printed by a framework only (ingested logs): the ratio of the reported figures, no interval.
 
+An axis that a side does not state (``?``: an ingested log that never names it) is not evidence that the two
+are the same: a pair where either side leaves the model or the device unstated is refused (a per-device rate
+means nothing without both), and any other axis unstated on a side is named in ``unverified`` beside the ratio.
+
 identical_config comparisons are refused when the two sides did not run the same settings (their specs
 differ beyond the platform, or a fairness audit failed): such a ratio would measure the settings, not the
 hardware or the software.
@@ -28,6 +32,8 @@ TUNED_WITH_FRAMEWORK = {"framework", "layout", "recompute"}  # maximum_performan
 # training keys that no axis covers and that change what a step computes: a pair whose groups state different
 # values is refused (max_steps and seed change neither the work per step nor its speed)
 WORKLOAD = ("global_batch_size", "micro_batch_size", "seq_length", "optimizer")
+RATE_OF = ("model", "device")  # what a per-device throughput is a rate of: unstated on a side, no ratio
+HOW_TO_STATE = {"model": "--model", "device": "--gpu or --system"}  # tprimat ingest's flags that state them
 
 
 @dataclass
@@ -41,6 +47,7 @@ class Speedup:
     refused: Optional[str] = None
     notes: list[str] = field(default_factory=list)
     interval: str = "between repeats"  # between repeats | within-run | none
+    unverified: list[str] = field(default_factory=list)  # axes a side does not state: they may differ too
 
     @property
     def significant(self) -> Optional[bool]:
@@ -52,6 +59,10 @@ class Speedup:
     def wording(self) -> str:
         if self.refused:
             return f"refused: {self.refused}"
+        caveat = f" (unverified: a side does not state its {', '.join(self.unverified)})" if self.unverified else ""
+        return self.figure() + caveat
+
+    def figure(self) -> str:
         if self.lo is None:
             return f"{self.point:.3f}x (reported figures: no interval, no significance verdict)"
         if self.significant is None:
@@ -63,7 +74,8 @@ class Speedup:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "baseline": self.baseline.label, "other": self.other.label,
                 "speedup": self.point, "ci_low": self.lo, "ci_high": self.hi, "interval": self.interval,
-                "significant": self.significant, "refused": self.refused, "notes": self.notes}
+                "significant": self.significant, "refused": self.refused, "unverified_axes": self.unverified,
+                "notes": self.notes}
 
 
 def flatten(data, prefix=""):
@@ -107,12 +119,28 @@ def refusal(a: Group, b: Group) -> Optional[str]:
     return None
 
 
+def unstated(a: Group, b: Group, kind: str) -> list[str]:
+    """The axes other than ``kind`` that either group leaves unstated (``?``, or ``tp?`` in a layout)."""
+    axes_a, axes_b = a.axes(), b.axes()
+    return [k for k in AXES if k != kind and ("?" in axes_a[k] or "?" in axes_b[k])]
+
+
+def unstated_refusal(a: Group, b: Group) -> Optional[str]:
+    for axis in RATE_OF:
+        silent = [g.label for g in (a, b) if "?" in g.axes()[axis]]
+        if silent:
+            return (f"the {axis} is not stated for {silent[0]}: the two may differ in it too (a per-device rate "
+                    f"means nothing without it; tprimat ingest {HOW_TO_STATE[axis]} states it)")
+    return None
+
+
 def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
     baseline, other = sorted((a, b), key=lambda g: (g.device, g.framework, g.label))
     result = Speedup(kind, baseline, other)
-    result.refused = refusal(baseline, other)
+    result.refused = refusal(baseline, other) or unstated_refusal(baseline, other)
     if result.refused:
         return result
+    result.unverified = unstated(baseline, other, kind)
     if not baseline.metrics.get("tokens_per_s_per_device") or not other.metrics.get("tokens_per_s_per_device"):
         result.refused = "a side has no throughput (its results state neither tokens per step nor a printed rate)"
         return result
