@@ -69,7 +69,9 @@ def test_a_log_that_states_nothing_gets_no_invented_figures():
     assert summary["tokens_per_s_per_device"] is None and summary["tokens_per_s"] is None
     assert summary["tflops_per_device"] == 300.5 and summary["provenance"]["tflops_per_device"] == "reported"
     assert summary["provenance"]["step_time_s"] == "reported" and summary["step_time_s"]["median"] == 4.1005
-    assert result["source"]["stated"] == {"framework.name": "log format megatron"}
+    assert result["source"]["stated"] == {"framework.name": "log format megatron",  # and what every step prints:
+                                          "training.global_batch_size": "log: every step line prints global batch size 256"}
+    assert spec["training"]["global_batch_size"] == 256
     assert any("no throughput" in w for w in result["warnings"]) and validate_result(result) == []
 
 
@@ -106,6 +108,31 @@ def test_megatron_deepspeed_fields_and_exact_consumed_tokens():
     assert steps[1]["reported"]["actual_seqlen"] == 2048 and steps[1]["tokens"] == 512 * 2048
     assert result["summary"]["tokens_per_s_per_device"] == pytest.approx(512 * 2048 / 2.0 / 4)
     assert result["summary"]["reported"]["tflops_per_gpu"] == 300.0
+    assert result["warnings"] == [] and result["spec"]["training"]["global_batch_size"] == 512
+
+
+def test_a_stated_sequence_length_the_log_contradicts_is_named_and_the_printed_one_used():
+    """The user says 4096; every step prints actual seqlen 2048 and consumed tokens growing by 512 x 2048 =
+    1,048,576: the step held 2048-token samples, and a throughput from 4096 would be twice the truth."""
+    result = ingest_text(MEGATRON_DS, "mds.log", Meta(compose, ["world_size=4", "training.seq_length=4096"],
+                                                       warmup_steps=1))
+    assert [s["tokens"] for s in result["steps"]] == [1_048_576] * 4
+    assert result["summary"]["tokens_per_s_per_device"] == pytest.approx(1_048_576 / 2.0 / 4)
+    [warning] = result["warnings"]
+    assert warning.startswith("training.seq_length=4096 (user) but the log prints actual seqlen 2048")
+    # without the printed length the stated one is used, and the consumed tokens say it is wrong
+    silent = MEGATRON_DS.replace("actual seqlen:  2048 | ", "")
+    result = ingest_text(silent, "mds.log", Meta(compose, ["world_size=4", "training.seq_length=4096"], warmup_steps=1))
+    assert result["steps"][1]["tokens"] == 512 * 4096
+    assert any("2,097,152 used at step 2" in w and "grow by 1,048,576 per step" in w for w in result["warnings"])
+
+
+def test_a_batch_size_printed_alike_on_every_step_is_stated_and_a_ramped_one_is_not():
+    ramped = MEGATRON_DS.replace("global batch size:   512 |", "global batch size:   256 |", 1)
+    result = ingest_text(ramped, "mds.log", Meta(compose, ["world_size=4"], warmup_steps=1))
+    assert result["spec"]["training"]["global_batch_size"] is None
+    assert "training.global_batch_size" not in result["source"]["stated"]
+    assert [s["tokens"] for s in result["steps"]] == [256 * 2048, *[512 * 2048] * 3]  # each step its own
 
 
 def test_rank_zero_values_win_and_every_rank_time_is_kept():

@@ -20,9 +20,9 @@ from tprimat.ingest.build import Meta, ingest_file, ingest_text
 from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord
 
-STATED = ["training.seq_length=4096", "world_size=8"]
+STATED = ["training.seq_length=2048", "world_size=8"]  # as the log prints it (actual seqlen)
 # what a per-device rate is a rate of (a pair that leaves either unstated is refused), at a plausible rate:
-# 512 x 4096 tokens in 2 s on 64 devices, 16,384 tokens/s/device x ~52 GFLOP/token ~ 850 TFLOP/s per H100
+# 512 x 2048 tokens in 2 s on 64 devices, 8,192 tokens/s/device x ~50 GFLOP/token ~ 410 TFLOP/s per H100
 RATE_OF = ["model=llama", "world_size=64", "platform=nvidia", "platform.gpu=h100"]
 
 
@@ -62,16 +62,16 @@ def test_a_summary_that_disagrees_with_its_own_steps_is_inconsistent():
     doctored["summary"]["tokens_per_s"] *= 1e6
     [group] = build_groups(loaded(doctored))
     assert any(f.startswith("INCONSISTENT") for f in group.flags)
-    honest_rate = 512 * 4096 * 3 / (2.0 * 3) / 8  # steps 2-4: 512 x 4096 tokens in 2.0 s each, 8 devices
+    honest_rate = 512 * 2048 * 3 / (2.0 * 3) / 8  # steps 2-4: 512 x 2048 tokens in 2.0 s each, 8 devices
     assert group.metrics["tokens_per_s_per_device"] == pytest.approx(honest_rate)  # from the steps, not the claim
 
 
 def test_implausible_tflops_on_an_unknown_device_is_impossible():
-    # 512 x 4096 tokens in 2 s on 64 devices: 16,384 tokens/s/device x ~52 GFLOP/token ~ 850 TFLOP/s: plausible.
+    # 512 x 2048 tokens in 2 s on 64 devices: 8,192 tokens/s/device x ~50 GFLOP/token ~ 410 TFLOP/s: plausible.
     honest_llama = ["model=llama", "world_size=64"]
     fast = ingested(honest_llama)
     for s in fast["steps"]:
-        s["step_time_s"] /= 1000  # ~850,000 TFLOP/s
+        s["step_time_s"] /= 1000  # ~410,000 TFLOP/s
     [group] = build_groups(loaded(resummarise(fast)))
     assert group.device == "?" and any("IMPOSSIBLE" in f and "fastest device in the hardware table" in f
                                        for f in group.flags)
@@ -108,12 +108,16 @@ def test_a_pair_whose_model_or_device_is_unstated_is_refused_and_other_unstated_
     assert "--gpu or --system" in pair.refused
 
     stated = ["methodology=maximum_performance", "training.compile=false", "training.activation_checkpointing=none",
-              "parallelism.tp=2", "parallelism.pp=1", "parallelism.cp=1", "parallelism.dp=32"]
+              "parallelism.tp=2", "parallelism.pp=1", "parallelism.cp=1", "parallelism.dp=32",
+              "training.global_batch_size=512", "training.micro_batch_size=1"]  # the log states its sequence length
     [pair] = speedups(build_groups(loaded(comparable([*stated[1:], "training.precision=bf16"]),
                                           comparable([*stated[1:], "training.precision=fp32"]))))
     assert pair.kind == "precision" and pair.refused is None and pair.unverified == ["methodology"]
     assert pair.wording().endswith("(unverified: a side does not state its methodology)")
     assert pair.as_dict()["unverified_axes"] == ["methodology"]
+    [pair] = speedups(build_groups(loaded(comparable([*stated[:-1], "training.precision=bf16"]),
+                                          comparable([*stated[:-1], "training.precision=fp32"]))))
+    assert pair.unverified == ["training.micro_batch_size"]
     [pair] = speedups(build_groups(loaded(comparable([*stated, "training.precision=bf16"]),
                                           comparable([*stated, "training.precision=fp32"]))))
     assert pair.unverified == [] and "unverified" not in pair.wording()

@@ -9,7 +9,8 @@ one axis), each a per-device throughput ratio with an interval about that ratio:
 
 An axis that a side does not state (``?``: an ingested log that never names it) is not evidence that the two
 are the same: a pair where either side leaves the model or the device unstated is refused (a per-device rate
-means nothing without both), and any other axis unstated on a side is named in ``unverified`` beside the ratio.
+means nothing without both), and any other axis (or batch size, micro-batch size, sequence length) unstated on a
+side is named in ``unverified`` beside the ratio.
 
 identical_config comparisons are refused when the two sides did not run the same settings (their specs
 differ beyond the platform, or a fairness audit failed): such a ratio would measure the settings, not the
@@ -120,9 +121,13 @@ def refusal(a: Group, b: Group) -> Optional[str]:
 
 
 def unstated(a: Group, b: Group, kind: str) -> list[str]:
-    """The axes other than ``kind`` that either group leaves unstated (``?``, or ``tp?`` in a layout)."""
+    """The axes other than ``kind`` that either group leaves unstated (``?``, or ``tp?`` in a layout), then the
+    batch shape's keys (``WORKLOAD`` but the optimizer, which does not change a step's work) either leaves null."""
     axes_a, axes_b = a.axes(), b.axes()
-    return [k for k in AXES if k != kind and ("?" in axes_a[k] or "?" in axes_b[k])]
+    axes = [k for k in AXES if k != kind and ("?" in axes_a[k] or "?" in axes_b[k])]
+    shape = [f"training.{k}" for k in WORKLOAD if k != "optimizer"
+             and None in (a.spec["training"].get(k), b.spec["training"].get(k))]
+    return axes + shape
 
 
 def unstated_refusal(a: Group, b: Group) -> Optional[str]:

@@ -35,6 +35,9 @@ FRAMEWORK_OF = {"megatron": "megatron", "primus": "primus", "nemo": "nemo", "tor
 NO_WARMUP_FORMATS = ("mlperf",)  # MLPerf blocks start after the benchmark's own initialisation
 STEP_WARMUP_FORMATS = ("tprimat",)  # the log marks each warm-up step (of every repeat)
 AGREEMENT = 0.02  # computed and reported figures further apart than this get a warning
+# settings a framework prints on every step line (Megatron's "global batch size", NeMo's global_batch_size): the
+# same value on every step states the run's setting (a batch size ramped up over the run states none)
+PRINTED_SETTINGS = {"global_batch_size": "training.global_batch_size"}
 
 
 @dataclass
@@ -64,6 +67,7 @@ def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
     st = Stated(meta.composed(meta.config_overrides), meta.composed)
     st.set("framework.name", framework, f"log format {parsed.format}")
     st.log_facts(parsed.facts)
+    st.log_facts(printed_settings(parsed.steps))
     st.system(meta.system)
     st.overrides(meta.overrides)
     st.set("framework.name", "unknown", f"log format {parsed.format}")  # where nothing stated one
@@ -75,6 +79,49 @@ def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
         0 if parsed.format in NO_WARMUP_FORMATS else st.spec["benchmark"]["warmup_steps"])
     st.spec["benchmark"]["warmup_steps"] = warmup
     return st
+
+
+def printed_settings(steps: Sequence[dict]) -> dict:
+    """``PRINTED_SETTINGS`` that every parsed step prints alike, as facts (``tprimat.logs.facts``)."""
+    if not len(steps):
+        return {}
+    columns = Columns.of(steps)
+    facts = {}
+    for name, key in PRINTED_SETTINGS.items():
+        values = set(columns.printed(name))
+        value = values.pop() if len(values) == 1 else None
+        if isinstance(value, (int, float)) and value > 0:
+            value = int(value) if float(value).is_integer() else value
+            facts[key] = (value, f"log: every step line prints {name.replace('_', ' ')} {value}")
+    return facts
+
+
+def token_disagreements(steps: Sequence[dict], spec: dict, where: dict) -> list[str]:
+    """Where the tokens per step rest on a stated sequence length or batch size that the log contradicts: a
+    printed ``actual seqlen`` other than the stated length (used per step instead), or an exact consumed-tokens
+    count that grows by other than the tokens used."""
+    columns = Columns.of(steps)
+    out = []
+    seq = spec["training"]["seq_length"]
+    printed = sorted({v for v in columns.printed("actual_seqlen") if v and v > 0} - {seq})
+    if seq and printed:
+        shown = ", ".join(f"{v:g}" for v in printed[:5]) + (" ..." if len(printed) > 5 else "")
+        out.append(f"training.seq_length={seq} ({where.get('training.seq_length')}) but the log prints actual seqlen "
+                   f"{shown} (curriculum learning shortens sequences): the tokens per step use the printed length")
+    consumed = columns.printed("consumed_tokens")
+    if consumed.count(None) == len(consumed):
+        return out
+    numbers, tokens = columns.step, columns.tokens
+    for i in range(1, len(numbers)):
+        if None in (consumed[i], consumed[i - 1], tokens[i]) or numbers[i] <= numbers[i - 1]:
+            continue
+        grown = (consumed[i] - consumed[i - 1]) / (numbers[i] - numbers[i - 1])
+        if grown > 0 and abs(tokens[i] / grown - 1) > AGREEMENT:
+            out.append(f"tokens per step: {tokens[i]:,} used at step {numbers[i]} (batch size x sequence length), but "
+                       f"the log's consumed tokens grow by {grown:,.0f} per step: a stated batch size or sequence "
+                       "length is likely wrong")
+            break
+    return out
 
 
 def complete_steps(steps: Sequence[dict], spec: dict, world: Optional[int], warnings: list[str],
@@ -138,6 +185,7 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     world = world_size(st)
     marked = parsed.format in STEP_WARMUP_FORMATS and meta.warmup_steps is None
     steps = complete_steps(parsed.steps, st.spec, world, st.warnings, marked)
+    st.warnings.extend(token_disagreements(steps, st.spec, st.where))
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
     # parsed steps (as columns, or dicts) read as records themselves; steps from other sources (TensorBoard, W&B)
     # become records

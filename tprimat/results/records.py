@@ -38,11 +38,12 @@ DEFAULTS = {"repeat": 0, "warmup": False}
 
 
 def tokens_of(step: dict, gbs: Optional[int], seq: Optional[int], previous: Optional[dict]) -> Optional[int]:
-    """Tokens of one parsed step: the printed (else stated) batch size x the stated (else printed) sequence
-    length, else an exact consumed-tokens delta; None when nothing states it."""
+    """Tokens of one parsed step: the printed (else stated) batch size x the printed (else stated) sequence
+    length (Megatron-DeepSpeed's ``actual seqlen``: what the step's samples held, shorter than the configured
+    length under curriculum learning), else an exact consumed-tokens delta; None when nothing states it."""
     reported = step.get("reported") or {}
     gbs = positive(reported.get("global_batch_size")) or gbs  # a printed 0 or -1 states nothing
-    seq = seq or positive(reported.get("actual_seqlen"))
+    seq = positive(reported.get("actual_seqlen")) or seq
     if gbs and seq:
         return int(gbs * seq)
     now, before = reported.get("consumed_tokens"), ((previous or {}).get("reported") or {}).get("consumed_tokens")
