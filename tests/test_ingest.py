@@ -223,6 +223,17 @@ def test_wandb_offline_run_of_a_real_benchmark(default_run):
     assert [s["step_time_s"] for s in result["steps"]] == pytest.approx([s["step_time_s"] for s in live["steps"]])
 
 
+def test_an_ingested_log_names_its_file_by_sha256(tmp_path):
+    """The digest, taken in blocks, is the file's: here a log of several blocks."""
+    import hashlib
+
+    log = tmp_path / "long.log"
+    log.write_text(MEGATRON * 6000)  # > 1 MiB: more than one block
+    result = ingest_file(log, Meta(compose))
+    assert log.stat().st_size > 1 << 20 and result["source"]["file"] == "long.log"
+    assert result["source"]["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+
+
 @pytest.mark.slow
 def test_cli_writes_one_result_per_run(tmp_path):
     import subprocess

@@ -235,12 +235,16 @@ def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
         chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
         f.seek(0)
         parsed = parse_stream(f, chosen)
+    with paused_gc():
+        return ingest_parsed(parsed, path.name, meta, sha256_of(path))
+
+
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    with paused_gc():
-        return ingest_parsed(parsed, path.name, meta, digest.hexdigest())
+    return digest.hexdigest()
 
 
 BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
@@ -270,7 +274,7 @@ def paused_gc():
 def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:
     error = None if steps else f"no training scalars found in {path.name}"
     parsed = Parsed(fmt, steps, error)
-    return ingest_parsed(parsed, path.name, meta, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+    return ingest_parsed(parsed, path.name, meta, sha256_of(Path(path)))
 
 
 def find_runs(paths: list[str]) -> list[Path]:
