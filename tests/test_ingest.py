@@ -79,6 +79,28 @@ def test_corpus_log_matches_expected(log):
         assert result["source"]["final_summary"] == pytest.approx(entry["final_summary"])
 
 
+# the corpus sidecars' config keys -> the spec keys an ingested log may state
+SIDECAR_SETTINGS = {"gbs": "training.global_batch_size", "mbs": "training.micro_batch_size",
+                    "seq_len": "training.seq_length", "tp": "parallelism.tp", "pp": "parallelism.pp",
+                    "cp": "parallelism.cp", "dp": "parallelism.dp"}
+
+
+@pytest.mark.skipif(not CORPUS_LOGS, reason="conformance corpus ../shared/logs not present")
+@pytest.mark.parametrize("log", CORPUS_LOGS)
+def test_corpus_log_states_only_settings_its_run_had(log):
+    """Every setting an ingested corpus log states (the rest is null) is the run's own, as its sidecar records
+    it; and the world size too."""
+    config = json.loads(log.with_suffix(".json").read_text())["config"]
+    result = ingest_file(log, Meta(compose))
+    for name, key in SIDECAR_SETTINGS.items():
+        section, leaf = key.split(".")
+        stated = result["spec"][section][leaf]
+        if stated is not None and name in config:
+            assert stated == config[name], (key, result["source"]["stated"].get(key))
+    if result["plan"]["world_size"] is not None:
+        assert result["plan"]["world_size"] == config["num_gpus"]
+
+
 # ---------------------------------------------------------------- the project's own fixtures, one per trap
 
 ESC = "\x1b"
