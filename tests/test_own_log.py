@@ -51,6 +51,14 @@ def test_repeats_and_their_warm_up_steps_come_back_as_the_run_marked_them(tmp_pa
     same_summary(ingested, out.result)
 
 
+def test_every_log_format_is_a_format_option_of_tprimat_ingest():
+    from tprimat.cli import build_parser
+    from tprimat.logs.parsers import PARSERS
+
+    for fmt in ("tprimat", *PARSERS, "tensorboard", "wandb"):
+        assert build_parser().parse_args(["ingest", "launch.log", "--format", fmt]).format == fmt
+
+
 def test_figures_the_run_did_not_have_stay_null():
     line = ("repeat 0 step 3/9 | loss n/a | lr 1.000e-04 | grad_norm n/a | step_time 0.250000 s | n/a tokens/s | "
             "memory n/a GiB | peak_memory 2.500 GiB (warm-up)")

@@ -127,6 +127,20 @@ def test_a_stated_sequence_length_the_log_contradicts_is_named_and_the_printed_o
     assert any("2,097,152 used at step 2" in w and "grow by 1,048,576 per step" in w for w in result["warnings"])
 
 
+def test_tprimat_ingest_prints_each_headline_figure_with_its_source_and_the_warnings(tmp_path, capsys):
+    from tprimat.cli import main
+
+    (tmp_path / "mds.log").write_text(MEGATRON_DS)
+    with pytest.raises(SystemExit) as exit_code:
+        main(["ingest", str(tmp_path / "mds.log"), "--devices", "4", "--seq-length", "4096", "--warmup-steps", "1",
+              "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out.splitlines()
+    assert exit_code.value.code == 0 and out[0].startswith(f"{tmp_path / 'mds.log'}: megatron, 4 steps, status ok")
+    # steps 2-4: 512 x 2048 tokens (the printed length) in 2.0 s on 4 devices; TFLOP/s as printed (no model stated)
+    assert out[1] == "  131,072 tokens/s/device (computed); 300.0 TFLOP/s/device (reported)"
+    assert out[2].startswith("  warning: training.seq_length=4096 (user) but the log prints actual seqlen 2048")
+
+
 def test_a_batch_size_printed_alike_on_every_step_is_stated_and_a_ramped_one_is_not():
     ramped = MEGATRON_DS.replace("global batch size:   512 |", "global batch size:   256 |", 1)
     result = ingest_text(ramped, "mds.log", Meta(compose, ["world_size=4"], warmup_steps=1))

@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
+from tprimat.logs.parsers import PARSERS
 from tprimat.results.result import make_result, new_run_id, write_result
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
              "micro-batch-size": "training.micro_batch_size", "precision": "training.precision",
              "methodology": "methodology"}
-FORMATS = ("auto", "megatron", "primus", "nemo", "torchtitan", "deepspeed", "hf", "mlperf", "tensorboard", "wandb")
+FORMATS = ("auto", *PARSERS, "tensorboard", "wandb")  # every log format's parser (tprimat's own log included)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,11 +74,33 @@ def run(args: argparse.Namespace, compose) -> int:
         print(f"{path}: {result['source']['format']}, {steps} steps, status {result['status']} -> {target}")
         if result["error"]:
             print("  " + result["error"].splitlines()[0][:200])
+        for line in headline(result) + warning_lines(result["warnings"]):
+            print("  " + line)
     if unread:
         print(f"{len(unread)} of {len(runs)} files could not be ingested:")
         for path, why in unread:
             print(f"  {path}: {why}")
     return 1 if unread else 0
+
+
+WARNINGS_SHOWN = 10  # per file; result.json keeps them all
+
+
+def headline(result: dict) -> list[str]:
+    """The summary's throughput figures, each with its provenance (measured, computed, reported)."""
+    summary = result.get("summary") or {}
+    figures = [(f"{summary[key]:,.{digits}f} {unit}", (summary.get("provenance") or {}).get(key, "?"))
+               for key, unit, digits in (("tokens_per_s_per_device", "tokens/s/device", 0),
+                                         ("tflops_per_device", "TFLOP/s/device", 1))
+               if summary.get(key) is not None]
+    return ["; ".join(f"{figure} ({source})" for figure, source in figures)] if figures else []
+
+
+def warning_lines(warnings: list[str]) -> list[str]:
+    lines = [f"warning: {w}" for w in warnings[:WARNINGS_SHOWN]]
+    if len(warnings) > WARNINGS_SHOWN:
+        lines.append(f"... {len(warnings) - WARNINGS_SHOWN} more warnings in result.json")
+    return lines
 
 
 def unreadable(path: Path, error: str, meta: Meta) -> dict:
