@@ -233,3 +233,13 @@ def test_the_step_time_std_is_statistics_stdev(times):
 
     assert math.isclose(sample_std(times), statistics.stdev(times), rel_tol=1e-9, abs_tol=1e-13 * max(times))
     assert sample_std([times[0]] * len(times)) == 0.0
+
+
+def test_a_log_without_tokens_still_shows_its_printed_step_times_and_memory():
+    """A log that states no sequence length has no throughput of tprimat's own, but the step times and the peak
+    memory it prints are measurements all the same: the group shows them (past warm-up), not n/a."""
+    result = ingest_text(MEGATRON, "m.log", Meta(compose, warmup_steps=1))
+    [group] = build_groups(loaded(result))
+    assert group.metrics["measured_steps"] == 0 and group.metrics["tokens_per_s_per_device"] is None
+    assert group.metrics["step_time_s"]["median"] == pytest.approx((4.0 + 4.1005) / 2)  # steps 2, 3 (step 1 warm-up)
+    assert group.metrics["peak_memory_gib"] == 4.0  # "(after 2 iterations) ... max allocated: 4096.0" MB

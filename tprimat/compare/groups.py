@@ -143,8 +143,12 @@ class Group:
                 "methodology": self.methodology, "compile": self.compile, "recompute": self.recompute}
 
     def measured(self) -> list[dict]:
-        return [s for run in self.runs for s in run.result["steps"]
-                if not s["warmup"] and s.get("step_time_s") and s.get("tokens")]
+        """The steps a throughput is measured over: past warm-up, with a step time and tokens."""
+        return [s for s in self.kept() if s.get("step_time_s") and s.get("tokens")]
+
+    def kept(self) -> list[dict]:
+        """Every step past warm-up (a printed step time or peak memory counts where the tokens are unknown)."""
+        return [s for run in self.runs for s in run.result["steps"] if not s["warmup"]]
 
     def samples(self) -> tuple[list[float], list[float]]:
         """(tokens, seconds) of every measured step of every repeat, per device."""
@@ -223,10 +227,11 @@ def derive(group: Group, ceilings: dict) -> None:
     if tflops is None:
         tflops = (group.first.get("summary") or {}).get("tflops_per_device")
         tflops_source = ((group.first.get("summary") or {}).get("provenance") or {}).get("tflops_per_device")
-    _, seconds = group.samples()
+    kept = group.kept()
+    seconds = [s["step_time_s"] for s in kept if s.get("step_time_s")]
     m = group.metrics
     m.update({
-        "runs": len(group.runs), "repeats": len(group.repeats), "measured_steps": len(seconds),
+        "runs": len(group.runs), "repeats": len(group.repeats), "measured_steps": len(group.measured()),
         "tokens_per_s_per_device": per_device, "tokens_per_s": per_device * world if per_device and world else None,
         "tokens_per_s_per_device_ci": (interval.lo, interval.hi) if interval.kind != "none" else (None, None),
         "ci_kind": interval.kind, "ci_coverage": interval.coverage,
@@ -241,7 +246,7 @@ def derive(group: Group, ceilings: dict) -> None:
     m["mfu_vs_measured"] = tflops / ceiling if tflops is not None and ceiling else None
     m["measured_ceiling_tflops"] = ceiling
     m.update(projected(group, per_device))
-    peaks_mem = [s["peak_memory_gib"] for s in group.measured() if s.get("peak_memory_gib") is not None]
+    peaks_mem = [s["peak_memory_gib"] for s in kept if s.get("peak_memory_gib") is not None]
     m["peak_memory_gib"] = max(peaks_mem) if peaks_mem else None
     capacity = plan.get("device_memory_gib")
     m["memory_utilisation"] = m["peak_memory_gib"] / capacity if m["peak_memory_gib"] and capacity else None
