@@ -184,7 +184,8 @@ def test_steps_validated_by_shape_give_every_error_jsonschema_gives(ingested, ed
 
     result = copy.deepcopy(ingested)
     steps = result["steps"]
-    for index, field, value in edits:
+    for index, field, drawn in edits:
+        value = copy.deepcopy(drawn)  # a drawn {} is one object: put in a step, it would be mutated for later draws
         i = index % len(steps)
         if field == "whole":
             steps[i] = value
@@ -326,8 +327,8 @@ def test_steps_validated_as_stored_columns_give_the_errors_of_their_rows(ingeste
     import copy
 
     result = copy.deepcopy(ingested)
-    for index, field, value in edits:
-        result["steps"][index % 30][field] = value
+    for index, field, drawn in edits:
+        result["steps"][index % 30][field] = copy.deepcopy(drawn)  # a drawn {} is one object: never mutate it
     stored = {**result, "steps": json.loads(json.dumps(columns_of(result["steps"])))}
     assert validate_result(stored) == validate_result({**result, "steps": rows_of(stored["steps"])})
 
