@@ -123,6 +123,54 @@ def test_a_pair_whose_model_or_device_is_unstated_is_refused_and_other_unstated_
     assert pair.unverified == [] and "unverified" not in pair.wording()
 
 
+def test_logs_that_do_not_say_what_ran_are_not_merged_as_repeats():
+    """Two different logs that state neither their model nor their device are not evidence of one benchmark: each
+    is its own group, named by its file. The same log twice is one group; logs that state both are repeats."""
+    other_run = MEGATRON_DS + "[INFO] one more line: another log, the same settings\n"
+    first = ingest_text(MEGATRON_DS, "a.log", Meta(compose, STATED, warmup_steps=1))
+    second = ingest_text(other_run, "b.log", Meta(compose, STATED, warmup_steps=1))
+    assert first["spec"] == second["spec"]  # nothing the logs state tells them apart
+    groups = build_groups(loaded(first, second, copy.deepcopy(first)))
+    assert sorted(len(g.runs) for g in groups) == [1, 2]  # a.log twice: one group of two runs; b.log alone
+    assert sorted(g.label.rsplit(" | ", 1)[1] for g in groups) == ["a.log", "b.log"]
+    assert sorted(group_summary(g)["logs"] for g in groups) == ["a.log", "b.log"]
+
+    def named(text, name):
+        return ingest_text(text, name, Meta(compose, [*STATED, *RATE_OF], warmup_steps=1))
+
+    [group] = build_groups(loaded(named(MEGATRON_DS, "a.log"), named(other_run, "b.log")))
+    assert len(group.runs) == 2 and group.logs == "a.log, b.log" and not group.label.endswith(".log")
+
+
+def test_refused_pairs_are_counted_by_reason_on_the_console_and_listed_in_the_report():
+    """Six devices of logs that never name their model: 6 x 5 / 2 = 15 device or platform pairs, each refused for
+    the unstated model. Past ten refusals the console counts them by reason; report.md lists every pair."""
+    from rich.console import Console
+
+    from tprimat.compare.report import sections
+    from tprimat.compare.table import print_console
+
+    devices = [("nvidia", "h100"), ("nvidia", "h200"), ("nvidia", "b200"), ("amd", "mi300x"), ("amd", "mi325x"),
+               ("amd", "mi355x")]
+    results = [ingested([f"platform={p}", f"platform.gpu={g}"]) for p, g in devices]
+    groups = build_groups(loaded(*results))
+    found = speedups(groups)
+    assert len(found) == 15 and {s.refused_because for s in found} == {"model"}
+    assert {s.as_dict()["refused_because"] for s in found} == {"model"}
+    console = Console(record=True, width=260)
+    print_console(groups, found, [], console)
+    text = console.export_text()
+    assert "refused 15 pairs" in text and "15: a side does not state its model (tprimat ingest --model)" in text
+    assert "speedup," not in text  # no refused pair one by one
+    lines = sections(groups, found, [], [], "median")
+    listed = lines[lines.index("## Refused pairs"):]
+    assert sum(line.startswith("- ") and "refused: the model is not stated" in line for line in listed) == 15
+    assert "### A side does not state its model (tprimat ingest --model) (15)" in listed
+
+    print_console(groups, found[:3], [], console := Console(record=True, width=260))
+    assert console.export_text().count("refused: the model is not stated") == 3  # few: each one as it is
+
+
 def test_compile_and_fp8_recipe_are_axes_and_a_pair_differing_in_two_is_not_put_down_to_one():
     """The GPT-2 XL matrix on an H100 grouped eager, compiled and fp8 runs under one label and called compile + fp8
     vs eager a precision speedup; each optimisation is now an axis, and its groups are labelled apart."""

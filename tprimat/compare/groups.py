@@ -2,7 +2,9 @@
 
 A group is one spec identity (minus run bookkeeping); its label names model, framework, platform, device,
 methodology, layout and precision (with the fp8 recipe), then the optimisations when they are not the defaults
-(compile and its mode, recompute); ``?`` where an ingested log does not state a field. The unit of replication
+(compile and its mode, recompute); ``?`` where an ingested log does not state a field. Results that leave the
+model or the device unstated are repeats of one benchmark only when they are the same log (its SHA-256): two
+logs that state neither are not evidence of one run, so each is its own group, labelled with its file. The unit of replication
 is the repeat: each repeat's throughput is recomputed from its own measured steps (total tokens over total
 time, per device), never read from a summary that could disagree with them; a result whose steps cannot
 give a rate (an ingested log with printed throughput only) contributes its summary's figure, marked with
@@ -12,6 +14,7 @@ its provenance. The statistics are in ``tprimat.compare.stats``; the checks that
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
@@ -24,8 +27,21 @@ from tprimat.spec.hardware import lookup
 
 
 def identity_of(result: dict) -> str:
-    """The group key: the spec's identity (``tprimat.spec.build.spec_identity``, the key resume uses too)."""
-    return spec_identity(result.get("spec") or {})
+    """The group key: the spec's identity (``tprimat.spec.build.spec_identity``, the key resume uses too), and
+    the log's own identity where the spec does not say which model ran on which device (``unstated``)."""
+    identity = spec_identity(result.get("spec") or {})
+    if not unstated(result):
+        return identity
+    evidence = (result.get("source") or {}).get("sha256") or result.get("run_id") or ""
+    return hashlib.sha256(f"{identity} {evidence}".encode()).hexdigest()[:16]
+
+
+def unstated(result: dict) -> list[str]:
+    """What a per-device rate is a rate of that the result leaves unstated: ``model``, ``device`` or both."""
+    spec = result.get("spec") or {}
+    platform = spec.get("platform") or {}
+    stated = {"model": (spec.get("model") or {}).get("name"), "device": platform.get("gpu") or platform.get("name")}
+    return [axis for axis, value in stated.items() if value is None]
 
 
 def device_of(result: dict) -> str:
@@ -135,7 +151,14 @@ class Group:
     def label(self) -> str:
         base = (f"{self.model} | {self.framework} | {self.device} x{shown(self.world_size)} | {self.methodology} | "
                 f"{layout_of(self.first)} | {self.numerics}")
-        return f"{base} | {self.optimisations}" if self.optimisations else base
+        base = f"{base} | {self.optimisations}" if self.optimisations else base
+        log = (self.first.get("source") or {}).get("file")
+        return f"{base} | {log}" if log and unstated(self.first) else base  # that log alone: name it
+
+    @property
+    def logs(self) -> str:
+        """The ingested logs' file names (``, ``-joined; empty for tprimat's own runs): which row is which log."""
+        return ", ".join(dict.fromkeys(f for run in self.runs if (f := (run.result.get("source") or {}).get("file"))))
 
     def axes(self) -> dict:
         return {"platform": self.platform, "device": self.device, "framework": self.framework,
@@ -318,7 +341,7 @@ def group_summary(group: Group) -> dict:
             "platform": group.platform, "device": group.device, "world_size": group.world_size,
             "methodology": group.methodology, "precision": group.precision, "layout": layout_of(group.first),
             "numerics": group.numerics, "compile": group.compile, "recompute": group.recompute,
-            "optimisations": group.optimisations,
+            "optimisations": group.optimisations, "logs": group.logs,
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items() if k != "step_time_s"},
             "step_time_s_median": m["step_time_s"]["median"], "step_time_s_iqr": m["step_time_s"]["iqr"],
             "repeat_rates": [{"source": r.source, "tokens_per_s_per_device": r.rate, "provenance": r.provenance}

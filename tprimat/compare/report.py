@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tprimat.compare import breakdown
 from tprimat.compare.groups import Group, group_summary, layout_of
-from tprimat.compare.speedups import Speedup
-from tprimat.compare.table import COLUMNS, cell, fmt
+from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
+from tprimat.compare.table import cell, columns, fmt
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -24,11 +24,12 @@ def _audit(group: Group) -> str:
 
 
 def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str) -> list[str]:
-    lines = ["# tprimat comparison report", ""] + summary_section(groups, found)
+    lines = ["# tprimat comparison report", ""] + summary_section(groups, found) + refused_section(found)
     lines += ["", "## Hardware and software", ""] + hardware_table(groups)
     lines += ["", "## Configuration", ""] + configuration_table(groups)
     lines += ["", "## Performance", ""]
-    lines += _md_table([h for h, _ in COLUMNS], [[cell(g, k) for _, k in COLUMNS] for g in groups])
+    shown = columns(groups)
+    lines += _md_table([h for h, _ in shown], [[cell(g, k) for _, k in shown] for g in groups])
     lines += ["", "## Memory and efficiency", ""] + efficiency_table(groups)
     lines += ["", "## Cost, energy and time to train", ""] + cost_table(groups)
     rows = breakdown.table(groups)
@@ -54,11 +55,25 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
 
 def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
     lines = ["## Summary", ""]
-    lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in found]
+    lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}"
+              for s in found if not s.refused]
     if not found:
         lines.append("- no two groups differ in exactly one axis (platform, device, framework, precision, layout, "
                      "model, methodology, compile, recompute): nothing to compare head to head")
+    by_reason = refused_by_reason(found)
+    if by_reason:
+        lines.append(f"- refused: {sum(map(len, by_reason.values()))} pairs that differ in one axis (see Refused "
+                     "pairs): " + "; ".join(f"{len(pairs)}: {REASONS[key]}" for key, pairs in by_reason.items()))
     return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in g.flags]
+
+
+def refused_section(found: list[Speedup]) -> list[str]:
+    """Each refused pair under its reason: what a ratio would have needed to mean something."""
+    lines = []
+    for key, pairs in refused_by_reason(found).items():
+        lines += ["", f"### {REASONS[key][0].upper()}{REASONS[key][1:]} ({len(pairs)})", ""]
+        lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in pairs]
+    return ["", "## Refused pairs"] + lines if lines else []
 
 
 def hardware_table(groups: list[Group]) -> list[str]:

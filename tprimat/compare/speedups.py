@@ -46,6 +46,7 @@ class Speedup:
     lo: Optional[float] = None
     hi: Optional[float] = None
     refused: Optional[str] = None
+    refused_because: Optional[str] = None  # the refusal's reason in a few words (``REASONS``), to count by
     notes: list[str] = field(default_factory=list)
     interval: str = "between repeats"  # between repeats | within-run | none
     unverified: list[str] = field(default_factory=list)  # axes a side does not state: they may differ too
@@ -75,7 +76,8 @@ class Speedup:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "baseline": self.baseline.label, "other": self.other.label,
                 "speedup": self.point, "ci_low": self.lo, "ci_high": self.hi, "interval": self.interval,
-                "significant": self.significant, "refused": self.refused, "unverified_axes": self.unverified,
+                "significant": self.significant, "refused": self.refused, "refused_because": self.refused_because,
+                "unverified_axes": self.unverified,
                 "notes": self.notes}
 
 
@@ -99,24 +101,38 @@ def settings_differences(a: Group, b: Group) -> list[str]:
 FIGURES_OF = {"1.0": "1.0", "1.1": "1.1", "2.0": "1.1"}
 
 
-def refusal(a: Group, b: Group) -> Optional[str]:
+Refusal = tuple[str, str]  # (the reason in a few words: one of REASONS, the whole sentence)
+REASONS = {  # why pairs are refused, as a count of them reads: "12 pairs: the model is not stated"
+    "schema": "result schema versions differ",
+    "audit": "a fairness audit failed",
+    "settings": "identical_config runs with different settings",
+    "workload": "the batch size, sequence length or optimizer differs too",
+    "model": "a side does not state its model (tprimat ingest --model)",
+    "device": "a side does not state its device (tprimat ingest --gpu or --system)",
+    "throughput": "a side has no throughput",
+}
+
+
+def refusal(a: Group, b: Group) -> Optional[Refusal]:
     va, vb = a.first["schema_version"], b.first["schema_version"]
     if FIGURES_OF.get(va, va) != FIGURES_OF.get(vb, vb):
-        return f"result schema versions differ ({va} vs {vb}): their figures do not mean the same"
+        return "schema", f"result schema versions differ ({va} vs {vb}): their figures do not mean the same"
     for group in (a, b):
         for run in group.runs:
             audit = run.result.get("audit")
             if audit and audit.get("passed") is False:
-                return f"the fairness audit failed for {run.path} ({group.framework})"
+                return "audit", f"the fairness audit failed for {run.path} ({group.framework})"
     if a.methodology == b.methodology == "identical_config":
         diffs = settings_differences(a, b)
         if diffs:
-            return "identical_config runs differ in " + ", ".join(diffs[:6]) + (" ..." if len(diffs) > 6 else "")
+            return "settings", ("identical_config runs differ in " + ", ".join(diffs[:6])
+                                + (" ..." if len(diffs) > 6 else ""))
     workload = workload_differences(a, b)
     if workload:
         fa, fb = (flatten({k: g.spec["training"].get(k) for k in WORKLOAD}) for g in (a, b))
-        return ("the groups also differ in " + ", ".join(f"training.{k} ({fa[k]} vs {fb[k]})" for k in workload)
-                + ": the ratio would measure that too")
+        return "workload", ("the groups also differ in " + ", ".join(f"training.{k} ({fa[k]} vs {fb[k]})"
+                                                                     for k in workload)
+                            + ": the ratio would measure that too")
     return None
 
 
@@ -130,23 +146,25 @@ def unstated(a: Group, b: Group, kind: str) -> list[str]:
     return axes + shape
 
 
-def unstated_refusal(a: Group, b: Group) -> Optional[str]:
+def unstated_refusal(a: Group, b: Group) -> Optional[Refusal]:
     for axis in RATE_OF:
         silent = [g.label for g in (a, b) if "?" in g.axes()[axis]]
         if silent:
-            return (f"the {axis} is not stated for {silent[0]}: the two may differ in it too (a per-device rate "
-                    f"means nothing without it; tprimat ingest {HOW_TO_STATE[axis]} states it)")
+            return axis, (f"the {axis} is not stated for {silent[0]}: the two may differ in it too (a per-device "
+                          f"rate means nothing without it; tprimat ingest {HOW_TO_STATE[axis]} states it)")
     return None
 
 
 def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
     baseline, other = sorted((a, b), key=lambda g: (g.device, g.framework, g.label))
     result = Speedup(kind, baseline, other)
-    result.refused = refusal(baseline, other) or unstated_refusal(baseline, other)
-    if result.refused:
+    refused = refusal(baseline, other) or unstated_refusal(baseline, other)
+    if refused:
+        result.refused_because, result.refused = refused
         return result
     result.unverified = unstated(baseline, other, kind)
     if not baseline.metrics.get("tokens_per_s_per_device") or not other.metrics.get("tokens_per_s_per_device"):
+        result.refused_because = "throughput"
         result.refused = "a side has no throughput (its results state neither tokens per step nor a printed rate)"
         return result
     timed = all(r.tokens for g in (baseline, other) for r in g.repeats)
@@ -190,6 +208,15 @@ def axis_between(a: Group, b: Group) -> Optional[str]:
     if "framework" in differ and tuned and same_mesh and set(differ) <= TUNED_WITH_FRAMEWORK:
         return "framework"  # each framework runs the tuned settings as it can (its sharding, its recompute)
     return differ[0] if len(differ) == 1 else None
+
+
+def refused_by_reason(found: list[Speedup]) -> dict[str, list[Speedup]]:
+    """The refused pairs by their reason (``REASONS``' order), for a reader who wants the count before the list."""
+    by_reason: dict[str, list[Speedup]] = {key: [] for key in REASONS}
+    for s in found:
+        if s.refused:
+            by_reason[s.refused_because].append(s)
+    return {key: pairs for key, pairs in by_reason.items() if pairs}
 
 
 def speedups(groups: list[Group], by: Optional[str] = None) -> list[Speedup]:

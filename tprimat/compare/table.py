@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from tprimat.compare.groups import Group, group_summary
-from tprimat.compare.speedups import Speedup
+from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
 
 COLUMNS = [  # (header, key in group_summary)
     ("model", "model"), ("framework", "framework"), ("device", "device"), ("devices", "world_size"),
@@ -19,7 +19,9 @@ COLUMNS = [  # (header, key in group_summary)
     ("peak mem GiB", "peak_memory_gib"), ("$ per 1T tokens", "usd_per_1t_tokens"),
     ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"), ("flags", "flags"),
 ]
+LOGS = ("log", "logs")  # a first column where any group is an ingested log
 MARKS = {"reported": " (reported)", "computed": "", "measured": ""}
+REFUSALS_LISTED = 10  # more refused pairs than this are counted by reason on the console (report.md lists them)
 
 
 def fmt(value, key: str = "") -> str:
@@ -54,6 +56,11 @@ def cell(group: Group, key: str) -> str:
     return text
 
 
+def columns(groups: list[Group]) -> list[tuple[str, str]]:
+    """``COLUMNS``, led by the ingested logs' names when a group has any."""
+    return ([LOGS] if any(g.logs for g in groups) else []) + COLUMNS
+
+
 def print_console(groups: list[Group], found: list[Speedup], skipped: list, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -61,18 +68,26 @@ def print_console(groups: list[Group], found: list[Speedup], skipped: list, cons
     console = console or Console(width=260)
     table = Table(title="tprimat compare: measured steps only (warm-up excluded); [..] = 95% CI over repeats "
                   "(within-run: one repeat, block bootstrap over steps); (reported): printed by the framework")
-    for header, _ in COLUMNS:
+    shown = columns(groups)
+    for header, _ in shown:
         table.add_column(header, overflow="fold")
     for group in groups:
-        table.add_row(*[cell(group, key) for _, key in COLUMNS])
+        table.add_row(*[cell(group, key) for _, key in shown])
     console.print(table)
     for group in groups:
         for flag in group.flags:
             console.print(f"[bold red]flag[/] {group.label}: {flag}")
+    refused = sum(1 for s in found if s.refused)
     for s in found:
+        if s.refused and refused > REFUSALS_LISTED:
+            continue
         console.print(f"{s.kind} speedup, {s.other.label} vs {s.baseline.label}: {s.wording()}")
         for note in s.notes:
             console.print(f"  note: {note}")
+    if refused > REFUSALS_LISTED:
+        console.print(f"refused {refused} pairs (each with its reason in report.md and comparison.json, --out):")
+        for key, pairs in refused_by_reason(found).items():
+            console.print(f"  {len(pairs)}: {REASONS[key]}")
     for path, why in skipped:
         console.print(f"skipped {path}: {why}")
 
