@@ -171,6 +171,26 @@ def test_refused_pairs_are_counted_by_reason_on_the_console_and_listed_in_the_re
     assert console.export_text().count("refused: the model is not stated") == 3  # few: each one as it is
 
 
+def test_a_log_too_short_for_its_warm_up_is_flagged_unless_it_starts_past_it():
+    """Four printed steps (iterations 1-4) with benchmark.warmup_steps=5: three are excluded, the one measured
+    step is the fourth of the run, which a longer run would have called warm-up. The same four lines printed at
+    iterations 1001-1004 (an excerpt of a long run, 1,000 steps past any warm-up) are not flagged; nor is the
+    short log when the user asks for one warm-up step."""
+    def flags_of(text, warmup=None):
+        result = ingest_text(text, "run.log", Meta(compose, STATED, warmup_steps=warmup))
+        return [f for g in build_groups(loaded(result)) for f in g.flags]
+
+    [flag] = [f for f in flags_of(MEGATRON_DS) if f.startswith("short warm-up")]
+    assert "has 4 steps from step 1, so 3 of benchmark.warmup_steps=5 were excluded" in flag
+    assert "its 1 measured steps are early ones" in flag
+    late = MEGATRON_DS
+    for i in (4, 3, 2, 1):
+        late = late.replace(f"iteration {i:>8}/     100", f"iteration {1000 + i:>8}/    2000")
+    assert "iteration     1004/    2000" in late
+    assert not [f for f in flags_of(late) if f.startswith("short warm-up")]
+    assert not [f for f in flags_of(MEGATRON_DS, warmup=1) if f.startswith("short warm-up")]
+
+
 def test_compile_and_fp8_recipe_are_axes_and_a_pair_differing_in_two_is_not_put_down_to_one():
     """The GPT-2 XL matrix on an H100 grouped eager, compiled and fp8 runs under one label and called compile + fp8
     vs eager a precision speedup; each optimisation is now an axis, and its groups are labelled apart."""

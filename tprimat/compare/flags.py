@@ -7,6 +7,8 @@ comparison.json, a column in report.md and the console table); none changes a nu
   measured matmul ceiling (``tprimat preflight``) or, without one, above the fastest device in the table.
 - ``INCONSISTENT``: a result whose summary throughput disagrees with its own steps' tokens and times.
 - ``not steady``: the median step time moved across the measured window.
+- ``short warm-up``: a run (an ingested log) with too few steps to exclude the warm-up it asks for: its
+  measured steps are the ones a longer run would have called warm-up.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def run_all(group, tflops: Optional[float], ceiling: Optional[float]) -> None:
     check_physics(group, tflops, ceiling)
     check_summaries(group)
     check_drift(group)
+    check_warmup(group)
 
 
 def _apart(a, b) -> bool:
@@ -90,3 +93,30 @@ def check_drift(group) -> None:
         if abs(change) > DRIFT_WARN:
             group.flags.append(f"not steady: median step time moved {change:+.1%} across the measured window of "
                                f"{run.path.parent.name}/{run.path.name} (more warm-up or longer runs)")
+
+
+def check_warmup(group) -> None:
+    for run in group.runs:
+        wanted = ((run.result.get("spec") or {}).get("benchmark") or {}).get("warmup_steps") or 0
+        by_repeat: dict = {}
+        for s in run.result["steps"]:
+            by_repeat.setdefault(s.get("repeat", 0), []).append(s)
+        for steps in by_repeat.values():
+            warm = sum(1 for s in steps if s["warmup"])
+            if warm < wanted and len(steps) > warm and not past_warmup(steps, wanted):
+                group.flags.append(
+                    f"short warm-up: {run.path.parent.name}/{run.path.name} has {len(steps)} steps from step "
+                    f"{steps[0]['step']}, so {warm} of benchmark.warmup_steps={wanted} were excluded as warm-up: its "
+                    f"{len(steps) - warm} measured steps are early ones (a longer log, or --warmup-steps, says which "
+                    "to keep)")
+                break
+
+
+def past_warmup(steps: list[dict], wanted: int) -> bool:
+    """Whether the step numbers place a repeat's first printed step past its warm-up: later than ``wanted``
+    printed intervals (the median gap between printed steps) into the run, as an excerpt of a long log is."""
+    numbers = [s["step"] for s in steps]
+    gaps = sorted(b - a for a, b in zip(numbers, numbers[1:]) if b > a)
+    if not gaps:  # one printed step: it may average every iteration since the start (Megatron's log interval)
+        return False
+    return numbers[0] > wanted * gaps[len(gaps) // 2]
