@@ -3,8 +3,8 @@
 A group is one spec identity (minus run bookkeeping); its label names model, framework, platform, device,
 methodology, layout and precision (with the fp8 recipe), then the optimisations when they are not the defaults
 (compile and its mode, recompute); ``?`` where an ingested log does not state a field. Results that leave the
-model or the device unstated are repeats of one benchmark only when they are the same log (its SHA-256): two
-logs that state neither are not evidence of one run, so each is its own group, labelled with its file. The unit of replication
+model or the device unstated merge only with copies of the same log (its SHA-256): two such logs are no
+evidence of one benchmark, so each is its own group, its label ending with its file. The unit of replication
 is the repeat: each repeat's throughput is recomputed from its own measured steps (total tokens over total
 time, per device), never read from a summary that could disagree with them; a result whose steps cannot
 give a rate (an ingested log with printed throughput only) contributes its summary's figure, marked with
