@@ -29,7 +29,16 @@ def start(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
 
 
 def ranks_of(proc: subprocess.Popen) -> list[psutil.Process]:
-    return [p for p in psutil.Process(proc.pid).children() if "tprimat.execute.worker" in " ".join(p.cmdline())]
+    return [p for p in psutil.Process(proc.pid).children() if "tprimat.execute.worker" in command_of(p)]
+
+
+def command_of(process: psutil.Process) -> str:
+    """A child's command line; empty for one that ended meanwhile (a zombie not yet reaped has none to read:
+    the launcher's short-lived helpers end while the test looks for the ranks)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return ""
 
 
 def wait_for(predicate, timeout_s: float, what: str):

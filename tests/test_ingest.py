@@ -295,3 +295,20 @@ def test_parsers_never_raise_on_corrupted_real_lines(edits, fmt):
         line = FIXTURE_LINES[index][:cut_at]
         lines.append(line[:insert_at] + junk + line[insert_at:])
     parse_text("\n".join(lines), fmt)
+
+
+def test_a_directory_walk_finds_every_run_file_and_not_wandbs_own_debug_logs(tmp_path):
+    """A run directory as tprimat leaves it: its console log and its W&B offline run are runs to ingest; W&B's
+    debug logs beside the .wandb file are W&B's own, not a training log (each gave a failed result)."""
+    from tprimat.ingest.build import find_runs
+
+    files = ["run1/launch.log", "run1/wandb/debug.log", "run1/wandb/debug-internal.log",
+             "run1/wandb/offline-run-1/logs/debug-core.log", "run1/wandb/offline-run-1/run-1.wandb",
+             "run1/events.out.tfevents.1.host", "run1/stdout.txt", "run1/result.json"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    found = [p.relative_to(tmp_path).as_posix() for p in find_runs([str(tmp_path)])]
+    assert found == ["run1/events.out.tfevents.1.host", "run1/launch.log", "run1/stdout.txt",
+                     "run1/wandb/offline-run-1/run-1.wandb"]
+    assert find_runs([str(tmp_path / "run1/wandb/debug.log")]) == [tmp_path / "run1/wandb/debug.log"]  # named: read

@@ -141,6 +141,32 @@ def test_tprimat_ingest_prints_each_headline_figure_with_its_source_and_the_warn
     assert out[2].startswith("  warning: training.seq_length=4096 (user) but the log prints actual seqlen 2048")
 
 
+@pytest.mark.parametrize("flags, expected", [
+    (["--set", "training.seq_length=-5"], ["training.seq_length=-5: must be >= 1"]),
+    (["--tp", "0", "--precision", "fp7"], ["training.precision=fp7: must be one of bf16, fp32, fp8",
+                                           "parallelism.tp=0: must be >= 1"]),
+    (["--devices", "0", "--warmup-steps", "-1"], ["world_size=0 (--devices): must be >= 1",
+                                                  "benchmark.warmup_steps=-1 (--warmup-steps): must be >= 0"]),
+    (["--set", "training.optimizer.lr=1e-9"],  # below the default min_lr: the rule names both keys
+     ["training.optimizer.min_lr=0.0002, training.optimizer.lr=1e-09: min_lr must not exceed lr"]),
+    (["--seq-length", "abc"], ["Error merging override training.seq_length=abc Value 'abc' of type 'str' could not "
+                               "be converted to Integer"]),
+])
+def test_tprimat_ingest_refuses_what_no_run_could_have_had_and_writes_nothing(tmp_path, capsys, flags, expected):
+    """A stated value is the premise of every figure computed from it (a sequence length of -5 gave negative
+    tokens and a result that tprimat check rejects): the command line is checked by a launch's own rules for the
+    keys it states, one line per broken rule, exit 2, nothing written."""
+    from tprimat.cli import main
+
+    (tmp_path / "mds.log").write_text(MEGATRON_DS)
+    with pytest.raises(SystemExit) as exit_code:
+        main(["ingest", str(tmp_path / "mds.log"), *flags, "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out.splitlines()
+    assert exit_code.value.code == 2 and not (tmp_path / "out").exists()
+    assert out[0].startswith("tprimat ingest: nothing ingested")
+    assert out[1:] == [f"  {line}" for line in expected]
+
+
 def test_a_batch_size_printed_alike_on_every_step_is_stated_and_a_ramped_one_is_not():
     ramped = MEGATRON_DS.replace("global batch size:   512 |", "global batch size:   256 |", 1)
     result = ingest_text(ramped, "mds.log", Meta(compose, ["world_size=4"], warmup_steps=1))

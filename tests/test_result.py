@@ -350,3 +350,27 @@ def test_a_column_s_kind_ids_are_equal_exactly_where_kinds_are(pool, picks):
     for a in range(len(column)):
         for b in range(len(column)):
             assert (ids[a] == ids[b]) == (shapes.kind(column[a]) == shapes.kind(column[b]))
+
+
+def test_check_says_a_problem_of_many_steps_once(tmp_path, capsys):
+    """Every step with negative tokens is one problem at many steps: one line naming how many and the first,
+    not a line per step (a 277k-step result printed 277k lines)."""
+    from tests.test_provenance import MEGATRON_DS
+    from tprimat.cli import main
+    from tprimat.compose import compose
+    from tprimat.ingest.build import Meta, ingest_text
+    from tprimat.results.result import write_result
+
+    result = ingest_text(MEGATRON_DS, "mds.log", Meta(compose, ["world_size=4"], warmup_steps=1))
+    path = write_result(result, tmp_path)
+    stored = json.loads(path.read_text())
+    stored["steps"]["tokens"] = [-1] * stored["steps"]["count"]
+    stored["steps"]["loss"][2] = "high"
+    path.write_text(json.dumps(stored))
+    with pytest.raises(SystemExit) as exit_code:
+        main(["check", str(path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert exit_code.value.code == 1 and lines[0] == f"{path}: INVALID"
+    assert "  steps/*/tokens: -1 is less than the minimum of 0 (at 4 steps, the first steps/0)" in lines
+    assert any(line.startswith("  steps/2/loss: 'high' is not") for line in lines)  # one step: as it is
+    assert len(lines) == 3

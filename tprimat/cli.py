@@ -34,9 +34,28 @@ def check(paths: list[str], rebuild_missing: bool = False) -> int:
             problems = [f"cannot read: {exc}"]
         bad += bool(problems)
         print(f"{path}: {'ok' if not problems else 'INVALID'}")
-        for line in problems:
+        for line in said_once(problems):
             print(f"  {line}")
     return 1 if bad else 0
+
+
+PROBLEM_CHARS = 400  # a printed problem's length at most (jsonschema quotes whole objects)
+
+
+def said_once(problems: list[str]) -> list[str]:
+    """The problems to print: one line for the same problem at many steps (``steps/*/tokens: ... (at 277,171
+    steps, the first steps/0)``), each line cut at ``PROBLEM_CHARS``."""
+    by_rest: dict[str, list[str]] = {}
+    for line in problems:
+        head, slash, rest = line.removeprefix("steps/").partition("/")
+        key = rest if line.startswith("steps/") and slash and head.isdigit() else line
+        by_rest.setdefault(key, []).append(head if key == rest else "")
+    out = []
+    for key, steps in by_rest.items():
+        line = (f"steps/{steps[0]}/{key}" if len(steps) == 1 else
+                f"steps/*/{key} (at {len(steps):,} steps, the first steps/{steps[0]})") if steps[0] else key
+        out.append(line if len(line) <= PROBLEM_CHARS else line[:PROBLEM_CHARS] + " ...")
+    return out
 
 
 def plan(args) -> int:

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         print(f"no ok results under {' '.join(args.paths)} (after filters); skipped: {len(report.skipped)}",
               file=sys.stderr)
+        for path, why in report.skipped:
+            print(f"  skipped {path}: {why}", file=sys.stderr)
         return 1
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)

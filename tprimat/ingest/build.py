@@ -29,6 +29,8 @@ from tprimat.results.metrics import Columns, summarize
 from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
+from tprimat.spec.build import SpecError, build_spec
+from tprimat.spec.validate import check_choices, check_ranges
 
 FRAMEWORK_OF = {"megatron": "megatron", "primus": "primus", "nemo": "nemo", "torchtitan": "torchtitan",
                 "deepspeed": "deepspeed", "hf": "transformers", "mlperf": "mlperf"}
@@ -60,6 +62,32 @@ class Meta:
     @property
     def config_overrides(self) -> list[str]:
         return [o for o in self.overrides if not o.startswith("world_size=")]  # --devices is not a config key
+
+    def problems(self) -> list[str]:
+        """What the user states, checked by the rules a launch applies to the same keys (the typed boundary,
+        the choices, the ranges), one line each naming the key, the value and the rule: a stated value that
+        no run could have had would be a figure's false premise (a negative sequence length, negative tokens)."""
+        problems = [f"{o} (--devices): must be >= 1" for o in self.overrides
+                    if o.startswith("world_size=") and not o.partition("=")[2].isdigit() or o == "world_size=0"]
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            problems.append(f"benchmark.warmup_steps={self.warmup_steps} (--warmup-steps): must be >= 0")
+        try:
+            spec = build_spec(self.composed(self.config_overrides))
+        except SpecError as exc:
+            return problems + exc.problems
+        except Exception as exc:  # noqa: BLE001 - Hydra's own: an unknown key, a wrong type, a missing group option
+            return problems + [composition_error(exc)]
+        stated = [o.partition("=")[0].lstrip("+~") for o in self.config_overrides]
+        return problems + [p for p in check_choices(spec) + check_ranges(spec)  # the keys stated (not the defaults)
+                           if any(f"{key}=" in p.partition(": ")[0] or f"{key}." in p.partition(": ")[0]
+                                  for key in stated)]
+
+
+def composition_error(exc: Exception) -> str:
+    """Hydra's composition error on one line: its message and cause, the options it lists (no search path)."""
+    texts = [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
+    lines = [line.strip() for text in texts for line in text.split("Config search path")[0].splitlines()]
+    return " ".join(line for line in lines if line and not line.startswith(("full_key", "object_type", "reference_type")))
 
 
 def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
@@ -277,13 +305,18 @@ def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:
     return ingest_parsed(parsed, path.name, meta, sha256_of(Path(path)))
 
 
+def wandb_own_log(path: Path, root: Path) -> bool:
+    """W&B's own debug logs (``wandb/.../debug*.log``) beside a run's ``.wandb`` file: never a training log."""
+    return path.suffix == ".log" and "wandb" in path.relative_to(root).parts[:-1]
+
+
 def find_runs(paths: list[str]) -> list[Path]:
     """One entry per run: each log file, each TensorBoard event file, each W&B offline run file."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.is_file() and (
+            found += sorted(p for p in path.rglob("*") if p.is_file() and not wandb_own_log(p, path) and (
                 p.suffix in (".log", ".txt", ".out", ".err", ".wandb") or p.name.startswith("events.out.tfevents")))
         elif path.exists():
             found.append(path)

@@ -13,6 +13,7 @@ FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
              "micro-batch-size": "training.micro_batch_size", "precision": "training.precision",
              "methodology": "methodology"}
+EXIT_INVALID = 2  # as a launch whose config breaks a rule
 FORMATS = ("auto", *PARSERS, "tensorboard", "wandb")  # every log format's parser (tprimat's own log included)
 
 
@@ -40,7 +41,7 @@ def meta_from(args: argparse.Namespace, compose) -> Meta:
         overrides.append(f"platform={args.platform}")
     if args.gpu:
         overrides.append(f"platform.gpu={args.gpu}")
-    if args.devices:
+    if args.devices is not None:
         overrides.append(f"world_size={args.devices}")
     for flag, key in FLAG_KEYS.items():
         value = getattr(args, flag.replace("-", "_"))
@@ -57,6 +58,12 @@ def run(args: argparse.Namespace, compose) -> int:
         print(f"no logs found under {' '.join(paths)}")
         return 1
     meta, out = meta_from(args, compose), Path(args.out)
+    problems = meta.problems()
+    if problems:  # nothing is ingested from a premise no run could have had
+        print("tprimat ingest: nothing ingested; what the command line states breaks the config's rules:")
+        for problem in problems:
+            print(f"  {problem}")
+        return EXIT_INVALID
     unread: list[tuple[Path, str]] = []
     for path in runs:
         try:
