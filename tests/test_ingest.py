@@ -243,6 +243,12 @@ def test_wandb_offline_run_of_a_real_benchmark(default_run):
     assert result["source"]["format"] == "wandb"
     assert [s["loss"] for s in result["steps"]] == pytest.approx([s["loss"] for s in live["steps"]])
     assert [s["step_time_s"] for s in result["steps"]] == pytest.approx([s["step_time_s"] for s in live["steps"]])
+    # the run's W&B config is its spec, its history marks warm-up and repeat: the run's own summary comes back
+    assert result["spec"]["model"] == live["spec"]["model"] and result["plan"]["world_size"] == 1
+    assert [s["warmup"] for s in result["steps"]] == [s["warmup"] for s in live["steps"]]
+    for key in ("tokens_per_s_per_device", "tflops_per_device", "measured_steps", "step_time_s", "loss_final"):
+        assert result["summary"][key] == pytest.approx(live["summary"][key], rel=1e-12), key
+    assert result["source"]["stated"]["training.seq_length"] == "log: W&B run config (a tprimat run's spec)"
 
 
 def test_an_ingested_log_names_its_file_by_sha256(tmp_path):

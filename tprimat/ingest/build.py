@@ -101,12 +101,17 @@ def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
     st.set("framework.name", "unknown", f"log format {parsed.format}")  # where nothing stated one
     resolve(st)
     marked = [s for s in parsed.steps if s["repeat"] == parsed.steps[0]["repeat"] and s["warmup"]] \
-        if parsed.format in STEP_WARMUP_FORMATS and parsed.steps else None
+        if marks_warmup(parsed) and parsed.steps else None
     warmup = meta.warmup_steps if meta.warmup_steps is not None else (
         len(marked) if marked is not None else
         0 if parsed.format in NO_WARMUP_FORMATS else st.spec["benchmark"]["warmup_steps"])
     st.spec["benchmark"]["warmup_steps"] = warmup
     return st
+
+
+def marks_warmup(parsed: Parsed) -> bool:
+    """Whether the source marked each warm-up step itself (tprimat's own log, a tprimat run's W&B history)."""
+    return parsed.format in STEP_WARMUP_FORMATS or bool(parsed.extra.get("warmup_marked"))
 
 
 def printed_settings(steps: Sequence[dict]) -> dict:
@@ -211,7 +216,7 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     st = stated_spec(parsed, meta, FRAMEWORK_OF.get(parsed.format))
     framework = st.spec["framework"]["name"]  # tprimat's own log states its framework
     world = world_size(st)
-    marked = parsed.format in STEP_WARMUP_FORMATS and meta.warmup_steps is None
+    marked = marks_warmup(parsed) and meta.warmup_steps is None
     steps = complete_steps(parsed.steps, st.spec, world, st.warnings, marked)
     st.warnings.extend(token_disagreements(steps, st.spec, st.where))
     plan = plan_of(st, framework, f"ingested {parsed.format} log {name}")
@@ -250,9 +255,9 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
 
         return ingest_steps(steps_from_scalars(tensorboard_scalars(path)), "tensorboard", path, meta)
     if fmt == "wandb" or (fmt == "auto" and path.suffix == ".wandb"):
-        from tprimat.ingest.sources import wandb_steps
+        from tprimat.ingest.sources import wandb_run
 
-        return ingest_steps(wandb_steps(path), "wandb", path, meta)
+        return ingest_parsed(wandb_run(path), path.name, meta, sha256_of(path))
     return ingest_log(path, meta, fmt)
 
 
@@ -305,9 +310,12 @@ def ingest_steps(steps: list[dict], fmt: str, path: Path, meta: Meta) -> dict:
     return ingest_parsed(parsed, path.name, meta, sha256_of(Path(path)))
 
 
-def wandb_own_log(path: Path, root: Path) -> bool:
+WANDB_OWN_LOGS = ("debug.log", "debug-internal.log", "debug-core.log")
+
+
+def wandb_own_log(path: Path) -> bool:
     """W&B's own debug logs (``wandb/.../debug*.log``) beside a run's ``.wandb`` file: never a training log."""
-    return path.suffix == ".log" and "wandb" in path.relative_to(root).parts[:-1]
+    return path.name in WANDB_OWN_LOGS and "wandb" in path.parts[:-1]
 
 
 def find_runs(paths: list[str]) -> list[Path]:
@@ -316,7 +324,7 @@ def find_runs(paths: list[str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.is_file() and not wandb_own_log(p, path) and (
+            found += sorted(p for p in path.rglob("*") if p.is_file() and not wandb_own_log(p) and (
                 p.suffix in (".log", ".txt", ".out", ".err", ".wandb") or p.name.startswith("events.out.tfevents")))
         elif path.exists():
             found.append(path)

@@ -55,7 +55,8 @@ def model_conf(st: Stated) -> Optional[ModelConf]:
     if any(not isinstance(model.get(k), int) for k in MODEL_DIMS):
         return None
     gated = ("model" in st.where or st.facts.get("megatron.swiglu") is True
-             or st.where.get("model.family") == TPRIMAT_SPEC)  # tprimat's native decoders are all SwiGLU
+             or "model.mlp" in st.where  # a stated MLP (a tprimat spec's swiglu or gelu): the formula has both
+             or st.where.get("model.family") == TPRIMAT_SPEC)  # a tprimat log from before model.mlp: all SwiGLU
     if not gated:
         st.warnings.append("the log states the model's dimensions but not a gated (SwiGLU) MLP: FLOPs not computed")
         return None

@@ -5,6 +5,11 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from tprimat.logs.parsers import Parsed
+from tprimat.logs.tprimat import state_spec
+
+TPRIMAT_SPEC = ("platform", "model", "framework", "training", "parallelism")  # a W&B config that is a tprimat spec
+
 # Scalar tags frameworks write, mapped to step-record fields (first match wins).
 TAGS = {
     "loss": ("lm loss", "train/loss", "loss", "reduced_train_loss", "train/lm_loss", "train_loss"),
@@ -69,11 +74,14 @@ def steps_from_scalars(scalars: dict[str, dict[int, float]]) -> list[dict]:
     return steps
 
 
-def wandb_steps(path: Path) -> list[dict]:
+def wandb_run(path: Path) -> Parsed:
+    """A W&B offline run: its history's training scalars as steps; where it is a tprimat run (its config is the
+    run's spec), the spec as facts and the warm-up and repeat of each step as the run marked them."""
     from tprimat.results.wandb_offline import read_offline_run
 
     run = read_offline_run(path)
     scalars: dict[str, dict[int, float]] = {}
+    marks: dict[int, tuple] = {}
     for row in run.history:
         step = row.get("_step")
         if step is None:
@@ -81,4 +89,17 @@ def wandb_steps(path: Path) -> list[dict]:
         for key, value in row.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scalars.setdefault(key, {})[int(step)] = float(value)
-    return steps_from_scalars(scalars)
+        if isinstance(row.get("train/warmup"), bool) and isinstance(row.get("train/repeat"), int):
+            marks[int(step)] = (row["train/repeat"], row["train/warmup"])
+    steps = steps_from_scalars(scalars)
+    facts: dict = {}
+    spec = {k: v for k, v in run.config.items() if k != "_wandb"}
+    if all(isinstance(spec.get(group), dict) for group in TPRIMAT_SPEC):
+        platform = spec["platform"]
+        world = (platform.get("devices_per_node") or 0) * (platform.get("nodes") or 0)
+        state_spec(facts, spec, world, "log: W&B run config (a tprimat run's spec)")
+    marked = bool(steps) and all(s["step"] in marks for s in steps)
+    for s in steps if marked else ():
+        s["repeat"], s["warmup"] = marks[s["step"]]
+    error = None if steps else f"no training scalars found in {path.name}"
+    return Parsed("wandb", steps, error, facts, {"warmup_marked": True} if marked else {})

@@ -26,6 +26,15 @@ STEP = re.compile(r"repeat (\d+) step (\d+)/(\d+) \| loss (\S+) \| lr (\S+) \| g
 WHERE = "log: tprimat spec line"
 
 
+def state_spec(facts: facts_mod.Facts, spec: dict, world_size: int, where: str) -> None:
+    """A tprimat run's spec (its log's spec line, its W&B run's config) as facts: every key but how tprimat
+    reads a run (benchmark, logging), and the world size."""
+    facts_mod.state(facts, "world_size", world_size, where)
+    for key, value in leaves(spec):
+        if not key.startswith(("benchmark.", "logging.")):
+            facts_mod.state(facts, key, value, where)
+
+
 def _shown(value: Optional[float], fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
@@ -71,10 +80,7 @@ class TprimatParser(StreamParser):
             return
         if not isinstance(spec, dict):
             return
-        facts_mod.state(self.facts, "world_size", int(m.group(1)), WHERE)
-        for key, value in leaves(spec):
-            if not key.startswith(("benchmark.", "logging.")):  # how tprimat reads a run, not the run
-                facts_mod.state(self.facts, key, value, WHERE)
+        state_spec(self.facts, spec, int(m.group(1)), WHERE)
 
     def step(self, m: re.Match) -> list[Step]:
         repeat, key = int(m.group(1)), int(m.group(2))
