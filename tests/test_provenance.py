@@ -243,9 +243,10 @@ def test_live_replay_of_every_corpus_log(log):
 def _blocks_equal_lines(path, fmt):
     with open(path, errors="replace") as f:
         by_line = parse_lines(f, fmt)
-    for block_chars in (97, 4096, 1 << 20):  # block edges inside lines, and whole files
+    # block edges inside lines, and whole files; tables read by two worker processes (tprimat.logs.blocks)
+    for block_chars, workers in ((97, 0), (4096, 0), (1 << 20, 0), (4096, 2)):
         with open(path, errors="replace") as f:
-            by_block = parse_stream(f, fmt, block_chars)
+            by_block = parse_stream(f, fmt, block_chars, workers=workers)
         assert _fields(by_block.steps) == _fields(by_line.steps), block_chars
         assert (by_block.facts, by_block.error, by_block.extra) == (by_line.facts, by_line.error, by_line.extra)
 

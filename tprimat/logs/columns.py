@@ -11,7 +11,9 @@ table is only ever a faster way to the same records.
 from __future__ import annotations
 
 import math
-from operator import itemgetter, methodcaller
+from array import array
+from itertools import repeat
+from operator import methodcaller
 from typing import Callable, NamedTuple, Optional
 
 Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
@@ -38,13 +40,15 @@ def table(lines: list[str], min_chars: int) -> Optional[Table]:
         return None
     keys, values = [], []
     for j in range(1, bars):
-        column = "\n" + "\n".join(texts[j::width])
         key, colon, _ = texts[j].partition(":")
-        # every text starts with "key:" exactly when "\nkey:" occurs once per text (no text holds a line end)
-        if not colon or column.count("\n" + key + ":") != len(lines):
+        # every text starts with "key:" exactly when "\nkey:" cuts the column's texts, each after a line end, into
+        # one piece per text after an empty first one (no text holds a line end): the pieces are the values
+        pieces = ("\n" + "\n".join(texts[j::width])).split("\n" + key + ":") if colon else ()
+        if len(pieces) != len(lines) + 1:
             return None
+        del pieces[0]
         keys.append(key)
-        values.append(list(map(itemgetter(slice(len(key) + 1, None)), texts[j::width])))
+        values.append(pieces)
     return Table(texts[0::width], keys, values)
 
 
@@ -59,7 +63,8 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
     if texts.count(texts[0]) == len(texts):
         current, average = map(scale, parse(texts[0]))
         unread = [] if plain(texts[0]) else texts[:1]
-        return [current] * len(texts), (None if average is None else [average] * len(texts)), unread
+        return Shared.repeated(current, len(texts)), \
+            (None if average is None else Shared.repeated(average, len(texts))), unread
     distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
     if len(distinct) == len(texts) and divisor is None:  # no text repeats (a loss): each converted as it comes
         try:
@@ -79,14 +84,54 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
         value_of = {t: (v if math.isfinite(v) else None) for t, v in value_of.items()}
     if divisor is not None:
         value_of = {t: scale(v) for t, v in value_of.items()}
-    return list(map(value_of.__getitem__, texts)), None, []
+    return Shared.mapped(texts, value_of), None, []
 
 
 def integers(texts: tuple[str, ...]) -> list[int]:
     """A column of integer texts as ints (ValueError: one is not an int); one repeated text shares one int."""
     if texts.count(texts[0]) == len(texts):
-        return [int(texts[0])] * len(texts)
+        return Shared.repeated(int(texts[0]), len(texts))
     return list(map(int, texts))
+
+
+class Shared(list):
+    """A column whose repeated values are one object each (``numbers``, ``integers``). Pickled (the trip back
+    from a worker process: ``tprimat.logs.blocks``) as its distinct objects and an index per value, it arrives
+    sharing them too: pickle writes a number anew at each occurrence, so a 300k-step log's batch-size column
+    would arrive as 300k numbers (and the steps of a 100 MB log in 60 MB more)."""
+
+    __slots__ = ("packed",)  # (distinct objects, an index per value), when built with them (``mapped``)
+
+    def __init__(self, values=()) -> None:
+        super().__init__(values)
+        self.packed = None
+
+    @classmethod
+    def repeated(cls, value, count: int) -> "Shared":
+        """``value``, ``count`` times."""
+        column = cls(repeat(value, count))
+        column.packed = [value], array("I", [0]) * count
+        return column
+
+    @classmethod
+    def mapped(cls, texts: list[str], value_of: dict) -> "Shared":
+        """``value_of[text]`` for each text, with the index of each text's value among ``value_of``'s."""
+        column = cls(map(value_of.__getitem__, texts))
+        position = dict(zip(value_of, range(len(value_of))))
+        column.packed = list(value_of.values()), array("I", map(position.__getitem__, texts))
+        return column
+
+    def __reduce__(self):
+        if self.packed is not None:
+            return shared, self.packed
+        by_id = dict(zip(map(id, self), self))
+        position = dict(zip(by_id, range(len(by_id))))
+        return shared, (list(by_id.values()), array("I", map(position.__getitem__, map(id, self))))
+
+
+def shared(distinct: list, indices: array) -> list:
+    """A ``Shared`` column back from its distinct objects and an index per value (as a plain list)."""
+    return list(map(distinct.__getitem__, indices))
 
 
 def plain(text: str) -> bool:

@@ -8,7 +8,7 @@ import math
 import re
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from tprimat.logs import columns
 from tprimat.logs.clean import Line, count, number
@@ -37,6 +37,7 @@ TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megat
 # as ``PLAIN_LABEL`` reads it ("" when none: ``StreamParser.prefix_rank`` reads any other prefix)
 HEAD_STEPS = re.compile(r"iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*$", re.M)  # at a word start: ``word_start``
 HEAD_LABELS = re.compile(r"^(?:[ \t]*(\d{1,9}):[ \t]+(?!\[rank|\[\d{8} |\(|\d|\s))?", re.M)
+LABEL_LOOKS_AHEAD = 10  # characters past a label that ``HEAD_LABELS`` reads (its longest exclusion, "[" 8 digits " ")
 ELAPSED = "elapsed time per iteration (ms)"
 
 
@@ -46,7 +47,18 @@ class TableFields:
     reported_names: list  # ``reported`` keys in the order ``iteration`` inserts them
     reported_values: list  # one column per name after the first (total_iterations: from the heads)
     echo_s: Optional[list]  # the first elapsed-time column (s): what another rank's copy of a step adds
-    unread: list  # texts not read as plain numbers: searched for facts and failures like any other line
+
+
+class TableBlock(NamedTuple):
+    """A block of uniform iteration lines read as a table (``read_table``, in any process): what
+    ``MegatronParser.offer_table`` needs to offer its steps."""
+    keys: list  # each step line's step number
+    totals: list  # each step line's total iterations
+    ranks: list  # each step line's rank, from its srun label (None: no label)
+    heads: Optional[tuple]  # the step lines' texts before their first "|" when a line has no label (the parser
+    # reads the rank from its prefix: ``StreamParser.prefix_rank``); else None
+    fields: TableFields
+    others: list  # the block's lines that state no step
 
 
 WORD_CHAR = re.compile(r"\w")
@@ -78,6 +90,90 @@ def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
     return number(text), None
 
 
+def read_table(block: str) -> Optional[TableBlock]:
+    """A block of uniform iteration lines, and lines that state no step, read as a table
+    (``tprimat.logs.columns``): the same steps, offered by ``MegatronParser.offer_table``, as line by line; None
+    when it is no such table, or when a text it would not read as a number holds a fact, a failure or a memory
+    report (those blocks, and consumed-token counts, are read line by line). A function of the block alone:
+    ``parse_stream`` runs it in worker processes."""
+    if "memory (MB)" in block or TOKENS in block:
+        return None
+    lines = block.split("\n")
+    lines.pop()  # a block ends at a line end
+    stepping = [line for line in lines if "iteration" in line]
+    table = columns.table(stepping, SHORT_LINE)
+    if table is None:
+        return None
+    head_text = "\n".join(table.head)
+    heads = HEAD_STEPS.findall(head_text)
+    if len(heads) != len(stepping) or not word_start(head_text, "iteration"):
+        return None
+    key_texts, total_texts = zip(*heads)
+    try:
+        keys, totals = list(map(int, key_texts)), columns.integers(total_texts)
+    except ValueError:  # a number too long for int: the line path skips that line
+        return None
+    read = table_fields(table)
+    if read is None:
+        return None
+    fields, unread_texts = read
+    others = [line for line in lines if "iteration" not in line] if len(stepping) < len(lines) else []
+    unread = "\n".join([head_text, *table.keys, *unread_texts, *others])
+    if any(word in unread for word in BLOCK_TRIGGERS):
+        return None
+    labels = head_labels(table.head, head_text)
+    if all(labels):
+        return TableBlock(keys, totals, list(map(int, labels)), None, fields, others)
+    return TableBlock(keys, totals, [int(label) if label else None for label in labels], table.head, fields, others)
+
+
+def head_labels(heads: tuple, head_text: str) -> list[str]:
+    """Each step line's srun label as ``HEAD_LABELS`` reads it ("" when none). When every line starts as the
+    first does, up to and past its label as far as the rule reads (a single rank's log), it is that label for
+    every line, without a search of each line."""
+    first = HEAD_LABELS.match(heads[0])
+    look = first.end() + LABEL_LOOKS_AHEAD
+    if first.group(1) and len(heads[0]) >= look and head_text.count("\n" + heads[0][:look]) == len(heads) - 1:
+        return [first.group(1)] * len(heads)
+    return HEAD_LABELS.findall(head_text)
+
+
+def table_fields(table: columns.Table) -> Optional[tuple[TableFields, list]]:
+    """The table's value columns as the step records' fields and ``reported`` (as ``iteration`` reads each
+    line), and the texts read other than as plain numbers (searched for facts and failures like any other
+    line); None when a column has running averages on some lines only (a line without one has no
+    ``_running_avg`` key: read line by line)."""
+    fields = TableFields(own={}, reported_names=["total_iterations"], reported_values=[], echo_s=None)
+    unread_texts: list = []
+    average_s = None
+    for key, texts in zip(table.keys, table.values):
+        name = FIELDS.get(key.strip())
+        if name is None:
+            unread_texts.extend(texts)
+            continue
+        in_ms = name == "step_time_ms"  # read as seconds, as ``iteration`` divides it
+        current, average, unread = columns.numbers(texts, current_and_average, divisor=1000 if in_ms else None)
+        if average is not None and None in average:
+            return None
+        unread_texts.extend(unread)
+        if fields.echo_s is None and key.strip() == ELAPSED:
+            fields.echo_s = current  # what another rank's copy of a step adds (``step_line``)
+        if name in OWN:
+            fields.own["step_time_s" if in_ms else name] = current
+        else:
+            fields.reported_names.append(name)
+            fields.reported_values.append(current)
+        if average is not None and in_ms:
+            average_s = average
+        elif average is not None:
+            fields.reported_names.append(f"{name}_running_avg")
+            fields.reported_values.append(average)
+    if average_s is not None:
+        fields.reported_names.append("step_time_s_running_avg")
+        fields.reported_values.append(average_s)
+    return fields, unread_texts
+
+
 class MegatronParser(StreamParser):
     format = "megatron"
     FAST = re.compile(r"\biteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|([^\n]*)\n")
@@ -105,79 +201,18 @@ class MegatronParser(StreamParser):
             return self.feed(prefix + match.group(0))
         return self.step_line(int(match.group(1)), match.group(2), match.group(3), self.prefix_rank(prefix))
 
-    def columns(self, block: str) -> Optional[list[Step]]:
-        """A block of uniform iteration lines, and lines that state no step, read as a table
-        (``tprimat.logs.columns``): the same steps as line by line; None when it is no such table, or when a
-        text it would not read as a number holds a fact, a failure or a memory report (those blocks, and
-        consumed-token counts, are read line by line)."""
-        if "memory (MB)" in block or TOKENS in block:
-            return None
-        lines = block.split("\n")
-        lines.pop()  # a block ends at a line end
-        stepping = [line for line in lines if "iteration" in line]
-        table = columns.table(stepping, SHORT_LINE)
-        if table is None:
-            return None
-        head_text = "\n".join(table.head)
-        heads = HEAD_STEPS.findall(head_text)
-        if len(heads) != len(stepping) or not word_start(head_text, "iteration"):
-            return None
-        key_texts, total_texts = zip(*heads)
-        try:
-            keys, totals = list(map(int, key_texts)), columns.integers(total_texts)
-        except ValueError:  # a number too long for int: the line path skips that line
-            return None
-        fields = self.table_fields(table)
-        if fields is None:
-            return None
-        others = [line for line in lines if "iteration" not in line] if len(stepping) < len(lines) else []
-        unread = "\n".join([head_text, *table.keys, *fields.unread, *others])
-        if any(word in unread for word in BLOCK_TRIGGERS):
-            return None
-        for line in others:  # they state no step (a fact, at most): read as ever
+    read_table = staticmethod(read_table)
+
+    def offer_table(self, table: "TableBlock") -> list[Step]:
+        for line in table.others:  # they state no step (a fact, at most): read as ever
             self.feed(line)
-        self.lines += len(stepping)
-        return self.table_steps(table.head, keys, totals, HEAD_LABELS.findall(head_text), fields)
+        self.lines += len(table.keys)
+        ranks = table.ranks if table.heads is None else \
+            [self.prefix_rank(text.rpartition("iteration")[0]) if rank is None else rank
+             for rank, text in zip(table.ranks, table.heads)]
+        return self.table_steps(table.keys, table.totals, ranks, table.fields)
 
-    def table_fields(self, table: columns.Table) -> Optional["TableFields"]:
-        """The table's value columns as the step records' fields and ``reported`` (as ``iteration`` reads each
-        line), and the texts read other than as plain numbers; None when a column has running averages on some
-        lines only (a line without one has no ``_running_avg`` key: read line by line)."""
-        fields = TableFields(own={}, reported_names=["total_iterations"], reported_values=[], echo_s=None,
-                             unread=[])
-        average_s = None
-        for key, texts in zip(table.keys, table.values):
-            name = FIELDS.get(key.strip())
-            if name is None:
-                fields.unread.extend(texts)
-                continue
-            in_ms = name == "step_time_ms"  # read as seconds, as ``iteration`` divides it
-            current, average, unread = columns.numbers(texts, current_and_average, divisor=1000 if in_ms else None)
-            if average is not None and None in average:
-                return None
-            fields.unread.extend(unread)
-            if fields.echo_s is None and key.strip() == ELAPSED:
-                fields.echo_s = current  # what another rank's copy of a step adds (``step_line``)
-            if name in OWN:
-                fields.own["step_time_s" if in_ms else name] = current
-            else:
-                fields.reported_names.append(name)
-                fields.reported_values.append(current)
-            if average is not None and in_ms:
-                average_s = average
-            elif average is not None:
-                fields.reported_names.append(f"{name}_running_avg")
-                fields.reported_values.append(average)
-        if average_s is not None:
-            fields.reported_names.append("step_time_s_running_avg")
-            fields.reported_values.append(average_s)
-        return fields
-
-    def table_steps(self, head: tuple, keys: list[int], totals: list[int], labels: list[str],
-                    fields: "TableFields") -> list[Step]:
-        ranks = list(map(int, labels)) if all(labels) else \
-            [int(label) if label else self.prefix_rank(text.rpartition("iteration")[0])
-             for label, text in zip(labels, head)]
+    def table_steps(self, keys: list[int], totals: list[int], ranks: list, fields: "TableFields") -> list[Step]:
         blank = [None] * len(keys)
         times = fields.own.get("step_time_s", blank)
         echo_times = times if fields.echo_s is None else fields.echo_s
@@ -195,7 +230,8 @@ class MegatronParser(StreamParser):
         def many(rows: slice) -> StepColumns:
             return StepColumns.of(len(keys[rows]), {"step": keys[rows], "step_time_s": times[rows], "loss": loss[rows],
                                                     "lr": lr[rows], "grad_norm": grad_norm[rows]},
-                                  {name: column[rows] for name, column in zip(names, reported)})
+                                  {name: column[rows] for name, column in zip(names, reported)},
+                                  frozenset())  # a table's columns are whole: no step lacks a printed name
 
         return self.offer_rows(keys, ranks, times, echo_times, one, many)
 

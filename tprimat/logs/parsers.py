@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence, TextIO
 
+from tprimat.logs.blocks import BLOCK_CHARS, line_blocks, with_tables, workers_for
 from tprimat.logs.deepspeed import DS_STEP, DS_TIMER, DeepspeedParser
 from tprimat.logs.hf import HF_DICT, HfParser
 from tprimat.logs.megatron import ITERATION, MegatronParser, PrimusParser
@@ -100,20 +101,17 @@ def no_steps(parser: StreamParser, steps, fmt: Optional[str]) -> Optional[str]:
     return parser.error
 
 
-def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = 1 << 20) -> Parsed:
+def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = BLOCK_CHARS, workers: Optional[int] = None
+                 ) -> Parsed:
     """A text file read in blocks (each cut at its last line end) through ``feed_block``: the same steps as
-    ``parse_lines`` over its lines (held as columns: ``StepColumns``), faster on long logs."""
+    ``parse_lines`` over its lines (held as columns: ``StepColumns``), faster on long logs. ``workers``: processes
+    that read the blocks' tables ahead (``tprimat.logs.blocks``; None: one per core for a long file)."""
     parser = PARSERS[fmt]() if fmt in PARSERS else Unrecognised()
     steps = StepColumns()
-    carry = ""
-    for block in iter(lambda: f.read(block_chars), ""):
-        block = carry + block
-        cut = block.rfind("\n") + 1
-        carry = block[cut:]
-        if cut:
-            steps.add(parser.feed_block(block[:cut]))
-    if carry:
-        steps.add(parser.feed(carry))
+    workers = workers_for(f, block_chars) if workers is None else workers
+    read = None if type(parser).read_table is StreamParser.read_table else parser.read_table
+    for block, table in with_tables(line_blocks(f, block_chars), read, workers):
+        steps.add(parser.feed_block(block, table) if block.endswith("\n") else parser.feed(block))
     steps.add(parser.finish())
     steps.sort()
     return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)

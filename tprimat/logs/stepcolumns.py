@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from itertools import repeat
 from operator import itemgetter
-from typing import Iterable
+from typing import AbstractSet, Iterable, Optional
 
 from tprimat.logs.stream import STEP_FIELDS, Step
 
@@ -31,16 +31,17 @@ class StepColumns:
         self.gaps: set[str] = set()  # printed names whose column holds MISSING somewhere
 
     # ------------------------------------------------------------------ building
-    def extend(self, count: int, own: dict, reported: dict) -> None:
+    def extend(self, count: int, own: dict, reported: dict, gaps: Optional[AbstractSet[str]] = None) -> None:
         """``count`` steps given as columns: ``own`` a list per step field (a field not given: the parser's
-        default, as ``new_step``), ``reported`` a list per printed name (MISSING where a step lacks it)."""
+        default, as ``new_step``), ``reported`` a list per printed name (MISSING where a step lacks it).
+        ``gaps``: the printed names whose lists hold MISSING, when known (else each list is searched)."""
         for name in OWN:
             values = own.get(name)
             self.own[name].extend(values if values is not None else repeat(DEFAULTS[name], count))
-        self._extend_printed(count, reported)
+        self._extend_printed(count, reported, gaps)
         self.count += count
 
-    def _extend_printed(self, count: int, reported: dict) -> None:
+    def _extend_printed(self, count: int, reported: dict, gaps: Optional[AbstractSet[str]]) -> None:
         for name, values in reported.items():
             column = self.reported.get(name)
             if column is None:
@@ -48,7 +49,7 @@ class StepColumns:
                 if self.count:
                     self.gaps.add(name)
             column.extend(values)
-            if MISSING in values:
+            if (MISSING in values) if gaps is None else (name in gaps):
                 self.gaps.add(name)
         for name in self.reported.keys() - reported.keys():
             self.reported[name].extend(repeat(MISSING, count))
@@ -61,8 +62,7 @@ class StepColumns:
             if isinstance(part, StepColumns):
                 self._add_rows(rows)
                 rows = []
-                self.extend(part.count, part.own, part.reported)
-                self.gaps |= part.gaps
+                self.extend(part.count, part.own, part.reported, part.gaps)
             else:
                 rows.append(part)
         self._add_rows(rows)
@@ -77,7 +77,10 @@ class StepColumns:
 
     def sort(self) -> None:
         """Ordered by (repeat, step), stably, as ``sorted`` orders parsed steps."""
-        keys = list(zip(self.own["repeat"], self.own["step"]))
+        repeats, numbers = self.own["repeat"], self.own["step"]
+        if not self.count or repeats.count(repeats[0]) == self.count and all(map(operator.le, numbers, numbers[1:])):
+            return  # one repeat, in order: a log's usual case, looked at without a tuple per step
+        keys = list(zip(repeats, numbers))
         if all(map(operator.le, keys, keys[1:])):
             return
         order = sorted(range(self.count), key=keys.__getitem__)
@@ -139,9 +142,9 @@ class StepColumns:
         return f"StepColumns({self.count} steps, printed: {', '.join(self.reported) or 'nothing'})"
 
     @classmethod
-    def of(cls, count: int, own: dict, reported: dict) -> "StepColumns":
+    def of(cls, count: int, own: dict, reported: dict, gaps: Optional[AbstractSet[str]] = None) -> "StepColumns":
         chunk = cls()
-        chunk.extend(count, own, reported)
+        chunk.extend(count, own, reported, gaps)
         return chunk
 
 

@@ -29,6 +29,7 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
+UNREAD = object()  # feed_block: the block's table is not read yet
 MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError)  # what a bad line raises
 # A block holding any of these is read line by line: colour codes, carriage returns (progress bars; ``clean``
 # drops them), fact-bearing lines (argument dumps, launcher command lines, model arguments) and failures need
@@ -64,17 +65,20 @@ class StreamParser:
         except MANGLED:
             return []  # a mangled line is skipped, never fatal
 
-    def feed_block(self, block: str) -> list[Step]:
+    def feed_block(self, block: str, table=UNREAD) -> list[Step]:
         """Many raw lines at once, ending at a line end: the same steps as feeding them one by one. A format
         with a ``FAST`` pattern (a step line from its marker to the line end; the marker starts with a literal,
         so the search runs at C speed) reads its step lines straight from the block, the text before the marker
         being the line's prefix; the lines between them, and any block holding a fact, a failure or colour, go
-        line by line. A format that reads uniform blocks as a table (``columns``) does that first (and searches
-        only the texts it does not read as numbers for the words that send a block line by line)."""
+        line by line. A format that reads uniform blocks as a table (``read_table``) does that first (and
+        searches only the texts it does not read as numbers for the words that send a block line by line).
+        ``table``: the block's ``read_table``, when already read (by a worker process: ``parse_stream``)."""
         if self.FAST is None or self.failure or "\x1b" in block or "\r" in block:
             return self._feed_lines(block)
-        if (table_steps := self.columns(block)) is not None:
-            return table_steps
+        if table is UNREAD:
+            table = self.read_table(block)
+        if table is not None:
+            return self.offer_table(table)
         if any(word in block for word in BLOCK_TRIGGERS):
             return self._feed_lines(block)
         steps, pos = [], 0
@@ -101,10 +105,16 @@ class StreamParser:
             steps += self.feed(raw)
         return steps
 
-    def columns(self, block: str) -> Optional[list[Step]]:
-        """A block's steps read as a table of uniform step lines (``tprimat.logs.columns``), or None: not such a
-        block (or a format without a table reader), read by ``FAST`` instead."""
+    @staticmethod
+    def read_table(block: str) -> Optional[object]:
+        """A block of uniform step lines read as a table, or None: not such a block (or a format without a table
+        reader), read by ``FAST`` instead. A function of the block alone, never of the parser's state: it may
+        run in another process (``parse_stream``)."""
         return None
+
+    def offer_table(self, table) -> list[Step]:
+        """A ``read_table`` table's steps, offered in order as its lines would be."""
+        raise NotImplementedError
 
     def fast(self, match: re.Match, prefix: str, length: int) -> list[Step]:
         """One ``FAST`` match, the line's ``prefix`` before it and the whole line's ``length``."""

@@ -1,0 +1,112 @@
+"""A long log's step blocks read as tables by worker processes (``tprimat.logs.blocks``): the same steps, facts and
+errors as one process reading them, the tables really read elsewhere, in order, and a lost worker costing only
+speed."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_fuzz import megatron_run, parse_both_ways
+from tprimat.logs import blocks
+from tprimat.logs.blocks import line_blocks, with_tables, workers_for
+from tprimat.logs.columns import Shared, integers, numbers
+from tprimat.logs.megatron import MegatronParser, current_and_average, read_table
+from tprimat.logs.parsers import PARSERS, parse_stream
+from tprimat.logs.stream import UNREAD
+
+LINE = ("{r}:  [2026-05-23 18:00:01] iteration {i:>8}/  100000 | consumed samples: {s:>12} | elapsed time per "
+        "iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:   512 | lm loss: {loss:.6E} | "
+        "loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+
+
+def long_log(steps: int, ranks: int = 1) -> str:
+    return "".join(LINE.format(r=r, i=i, s=512 * i, ms=1000 + i % 7 + r / 10, loss=10 / i)
+                   for i in range(1, steps + 1) for r in range(ranks))
+
+
+def where_read(block: str):  # module level: the workers unpickle it by name
+    return os.getpid(), read_table(block)
+
+
+TEST_PROCESS = os.getpid()
+
+
+def dies_at_step_40(block: str):
+    if "iteration       40/" in block and os.getpid() != TEST_PROCESS:
+        os._exit(3)  # a worker killed mid-parse (the OOM killer, a signal)
+    return read_table(block)
+
+
+class DyingWorkerParser(MegatronParser):
+    read_table = staticmethod(dies_at_step_40)
+
+
+def test_workers_read_every_table_in_order_in_other_processes():
+    text = long_log(300, ranks=2)
+    chunks = list(line_blocks(io.StringIO(text), 2000))
+    got = list(with_tables(iter(chunks), where_read, 2))
+    assert [block for block, _ in got] == chunks  # in the file's order
+    assert "".join(chunks) == text
+    assert {pid for _, (pid, _) in got}.isdisjoint({os.getpid()})
+    assert [table for _, (_, table) in got] == [read_table(block) for block in chunks]
+    assert all(table is not None for _, (_, table) in got)  # every block a table: the workers did the reading
+
+
+def test_a_lost_worker_costs_only_speed(tmp_path, monkeypatch):
+    path = tmp_path / "megatron.log"
+    path.write_text(long_log(120, ranks=2) + "[WARNING] the end, without a line end")
+    with open(path) as f:
+        expected = parse_stream(f, "megatron", block_chars=1500, workers=0)
+    monkeypatch.setitem(PARSERS, "megatron", DyingWorkerParser)
+    with open(path) as f:
+        got = parse_stream(f, "megatron", block_chars=1500, workers=2)
+    assert len(got.steps) == 120 and got.steps == expected.steps
+    assert (got.facts, got.error, got.extra) == (expected.facts, expected.error, expected.extra)
+    chunks = list(line_blocks(io.StringIO(path.read_text()), 1500))
+    tables = [table for _, table in with_tables(iter(chunks), dies_at_step_40, 2)]
+    lost = next(i for i, block in enumerate(chunks) if "iteration       40/" in block)
+    assert tables[lost] is UNREAD and tables[-1] is UNREAD  # read by the parser itself; the tail has no line end
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=megatron_run(), block_chars=st.sampled_from([300, 1000, 4096]))
+def test_tables_read_by_workers_equal_the_line_path(lines, block_chars):
+    by_line = parse_both_ways("megatron", lines)
+    by_workers = parse_stream(io.StringIO("\n".join(lines) + "\n"), "megatron", block_chars=block_chars, workers=2)
+    assert by_workers.steps == by_line.steps
+    assert (by_workers.facts, by_workers.error) == (by_line.facts, by_line.error)
+
+
+def test_workers_only_for_a_long_file_on_several_cores(tmp_path, monkeypatch):
+    path = tmp_path / "megatron.log"
+    path.write_text(long_log(80))
+    size = path.stat().st_size
+    with open(path) as f:
+        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS + 1) == 0  # too short
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8})
+        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == blocks.MAX_WORKERS
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == 2
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
+        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == 0  # one core: no workers
+    assert workers_for(io.StringIO("x" * 10**6), block_chars=1) == 0  # not a file (a live process's output)
+
+
+def test_a_column_read_in_a_worker_arrives_sharing_its_repeated_numbers():
+    """Pickle writes a number anew at each occurrence: a column's repeated values must come back as one object
+    each (else a 300k-step log's constant columns cost 300k numbers each in the parser's process)."""
+    step_times, _, _ = numbers(["1000.5", "998.0", "1000.5", "1001.0"] * 500, current_and_average, divisor=1000)
+    batch, _, _ = numbers(["  512 "] * 2000, current_and_average)
+    totals = integers(("100000",) * 2000)
+    by_identity = Shared([0.25, -0.0, 0.25] * 100)  # built without the values' texts: shared by identity
+    for column, distinct in ((step_times, 3), (batch, 1), (totals, 1), (by_identity, 2)):
+        back = pickle.loads(pickle.dumps(column))
+        assert type(back) is list and back == column
+        assert list(map(repr, back)) == list(map(repr, column))  # -0.0 stays -0.0
+        assert len(set(map(id, back))) == distinct
+    assert pickle.loads(pickle.dumps(step_times))[:4] == [1.0005, 0.998, 1.0005, 1.001]
