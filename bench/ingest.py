@@ -5,8 +5,9 @@ learning rate, grad norm and throughput varying from step to step as in a real r
 loss scale; noise lines), in two shapes: one rank printing each step (Megatron-LM prints from its last rank)
 and two ranks printing copies (srun-labelled output of several ranks). Each is ingested in a child process as
 ``tprimat ingest`` does (its step blocks read by worker processes on a machine of several cores:
-``tprimat.logs.blocks``): read into a result, and its result.json written (timed apart and together; the
-interpreter's start and imports are not timed). Printed per shape: the rates, the ratio to a bare regex pass, the
+``tprimat.logs.blocks``): the command line checked once (Hydra composes the config; timed apart), then the log
+read into a result and its result.json written (timed apart and together; the interpreter's start and imports
+are not timed). Printed per shape: the rates, the ratio to a bare regex pass, the
 peak memory against the file size (of the child with its workers, sampled in a second run, and of the child
 alone) and the time ``tprimat check`` takes to validate the result; last ``ingest_mb_per_s=<x>``, read and write
 together, the slowest shape. Target: at least 50 MB/s and peak memory at most twice the file size on a 2-core
@@ -42,9 +43,12 @@ sys.path.insert(0, {root!r})
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file
 from tprimat.results.result import validate_result, write_result
+meta = Meta(compose, ["world_size=8", "training.seq_length=4096"])
+tc = time.perf_counter()
+assert not meta.problems()  # tprimat ingest checks its command line (Hydra composes it) once, before any file
 with tempfile.TemporaryDirectory() as out:
     t0 = time.perf_counter()
-    result = ingest_file({path!r}, Meta(compose, ["world_size=8", "training.seq_length=4096"]))
+    result = ingest_file({path!r}, meta)
     t1 = time.perf_counter()
     write_result(result, out)
     t2 = time.perf_counter()
@@ -52,7 +56,7 @@ maxrss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t3 = time.perf_counter()
 problems = validate_result(result)  # what tprimat check and compare do with it
 t4 = time.perf_counter()
-print(json.dumps({{"read_s": t1 - t0, "write_s": t2 - t1, "validate_s": t4 - t3, "problems": len(problems),
+print(json.dumps({{"check_s": t0 - tc, "read_s": t1 - t0, "write_s": t2 - t1, "validate_s": t4 - t3, "problems": len(problems),
                   "steps": len(result["steps"]), "maxrss_mib": maxrss_mib}}))
 """
 BASELINE = """
@@ -141,6 +145,9 @@ def measure(megabytes: float, ranks: int) -> float:
           f"write result.json: {run['write_s']:.2f} s")
     print(f"  schema check of the result (tprimat check, compare): {run['validate_s']:.2f} s, "
           f"{run['problems']} problems")
+    print(f"  the command line's check, once per command before any file (Hydra composes the config): "
+          f"{run['check_s']:.2f} s; with it, this one file took {run['check_s'] + seconds:.2f} s "
+          f"({size_mb / (run['check_s'] + seconds):.1f} MB/s)")
     print(f"  ingest (both, as tprimat ingest does): {seconds:.2f} s ({rate:.1f} MB/s); plain regex pass: "
           f"{bare:.2f} s ({size_mb / bare:.1f} MB/s); ingest / regex time = {seconds / bare:.2f}")
     print(f"  peak memory with the parse's worker processes (their summed proportional set sizes, sampled every "

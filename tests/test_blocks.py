@@ -4,7 +4,6 @@ speed."""
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 
@@ -13,10 +12,10 @@ from hypothesis import strategies as st
 
 from tests.test_fuzz import megatron_run, parse_both_ways
 from tprimat.logs import blocks
-from tprimat.logs.blocks import line_blocks, with_tables, workers_for
+from tprimat.logs.blocks import file_blocks, with_tables, workers_for
 from tprimat.logs.columns import Shared, integers, numbers
 from tprimat.logs.megatron import MegatronParser, current_and_average, read_table
-from tprimat.logs.parsers import PARSERS, parse_stream
+from tprimat.logs.parsers import PARSERS, parse_file, parse_stream
 from tprimat.logs.stream import UNREAD
 
 LINE = ("{r}:  [2026-05-23 18:00:01] iteration {i:>8}/  100000 | consumed samples: {s:>12} | elapsed time per "
@@ -29,31 +28,42 @@ def long_log(steps: int, ranks: int = 1) -> str:
                    for i in range(1, steps + 1) for r in range(ranks))
 
 
-def where_read(block: str):  # module level: the workers unpickle it by name
-    return os.getpid(), read_table(block)
+def where_read(text: str):  # module level: the workers unpickle it by name
+    return os.getpid(), read_table(text)
 
 
 TEST_PROCESS = os.getpid()
 
 
-def dies_at_step_40(block: str):
-    if "iteration       40/" in block and os.getpid() != TEST_PROCESS:
+def dies_at_step_40(text: str):
+    if "iteration       40/" in text and os.getpid() != TEST_PROCESS:
         os._exit(3)  # a worker killed mid-parse (the OOM killer, a signal)
-    return read_table(block)
+    return read_table(text)
 
 
 class DyingWorkerParser(MegatronParser):
     read_table = staticmethod(dies_at_step_40)
 
 
-def test_workers_read_every_table_in_order_in_other_processes():
-    text = long_log(300, ranks=2)
-    chunks = list(line_blocks(io.StringIO(text), 2000))
+def test_file_blocks_are_whole_lines_read_as_open_reads_them(tmp_path):
+    text = long_log(40) + "caf\u00e9 \udcff bad bytes, CRLF and a lone CR\r\nnext\rlast line without an end"
+    path = tmp_path / "run.log"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    chunks = list(file_blocks(str(path), 700))
+    assert [b.start for b in chunks[1:]] == [b.end for b in chunks[:-1]] and chunks[-1].end == len(path.read_bytes())
+    assert all(b.text().endswith("\n") for b in chunks[:-1])
+    with open(path, errors="replace") as f:
+        assert "".join(b.text() for b in chunks) == f.read()
+
+
+def test_workers_read_every_table_in_order_in_other_processes(tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text(long_log(300, ranks=2))
+    chunks = list(file_blocks(str(path), 2000))
     got = list(with_tables(iter(chunks), where_read, 2))
     assert [block for block, _ in got] == chunks  # in the file's order
-    assert "".join(chunks) == text
     assert {pid for _, (pid, _) in got}.isdisjoint({os.getpid()})
-    assert [table for _, (_, table) in got] == [read_table(block) for block in chunks]
+    assert [table for _, (_, table) in got] == [read_table(block.text()) for block in chunks]
     assert all(table is not None for _, (_, table) in got)  # every block a table: the workers did the reading
 
 
@@ -61,40 +71,49 @@ def test_a_lost_worker_costs_only_speed(tmp_path, monkeypatch):
     path = tmp_path / "megatron.log"
     path.write_text(long_log(120, ranks=2) + "[WARNING] the end, without a line end")
     with open(path) as f:
-        expected = parse_stream(f, "megatron", block_chars=1500, workers=0)
+        expected = parse_stream(f, "megatron", block_chars=1500)
     monkeypatch.setitem(PARSERS, "megatron", DyingWorkerParser)
-    with open(path) as f:
-        got = parse_stream(f, "megatron", block_chars=1500, workers=2)
+    got = parse_file(path, "megatron", block_bytes=1500, workers=2)
     assert len(got.steps) == 120 and got.steps == expected.steps
     assert (got.facts, got.error, got.extra) == (expected.facts, expected.error, expected.extra)
-    chunks = list(line_blocks(io.StringIO(path.read_text()), 1500))
-    tables = [table for _, table in with_tables(iter(chunks), dies_at_step_40, 2)]
-    lost = next(i for i, block in enumerate(chunks) if "iteration       40/" in block)
-    assert tables[lost] is UNREAD and tables[-1] is UNREAD  # read by the parser itself; the tail has no line end
+    chunks = list(file_blocks(str(path), 1500))
+    tables = [table for _, table in with_tables(iter(chunks), DyingWorkerParser.block_table, 2)]
+    lost = next(i for i, block in enumerate(chunks) if "iteration       40/" in block.text())
+    assert tables[lost] is UNREAD and tables[-1] is UNREAD  # read by the parser itself (the last: no pool left)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lines=megatron_run(), block_chars=st.sampled_from([300, 1000, 4096]))
-def test_tables_read_by_workers_equal_the_line_path(lines, block_chars):
+def test_a_failure_sends_the_blocks_after_it_line_by_line(tmp_path):
+    """From the first failure on every line is kept for the excerpt: the workers' tables of later blocks are
+    left, their text read line by line, as in one process."""
+    path = tmp_path / "megatron.log"
+    path.write_text(long_log(60) + "Traceback (most recent call last):\n  File x\nRuntimeError: boom\n" + long_log(60))
+    with open(path) as f:
+        expected = parse_stream(f, "megatron", block_chars=1500)
+    got = parse_file(path, "megatron", block_bytes=1500, workers=2)
+    assert expected.error and got.error == expected.error
+    assert got.steps == expected.steps
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(lines=megatron_run(), block_bytes=st.sampled_from([300, 1000, 4096]))
+def test_tables_read_by_workers_equal_the_line_path(tmp_path, lines, block_bytes):
     by_line = parse_both_ways("megatron", lines)
-    by_workers = parse_stream(io.StringIO("\n".join(lines) + "\n"), "megatron", block_chars=block_chars, workers=2)
+    path = tmp_path / "run.log"
+    path.write_text("\n".join(lines) + "\n")
+    by_workers = parse_file(path, "megatron", block_bytes=block_bytes, workers=2)
     assert by_workers.steps == by_line.steps
     assert (by_workers.facts, by_workers.error) == (by_line.facts, by_line.error)
 
 
-def test_workers_only_for_a_long_file_on_several_cores(tmp_path, monkeypatch):
-    path = tmp_path / "megatron.log"
-    path.write_text(long_log(80))
-    size = path.stat().st_size
-    with open(path) as f:
-        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS + 1) == 0  # too short
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8})
-        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == blocks.MAX_WORKERS
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == 2
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
-        assert workers_for(f, block_chars=size // blocks.PARALLEL_MIN_BLOCKS) == 0  # one core: no workers
-    assert workers_for(io.StringIO("x" * 10**6), block_chars=1) == 0  # not a file (a live process's output)
+def test_workers_only_for_a_long_file_on_several_cores(monkeypatch):
+    block = 1 << 20
+    assert workers_for(blocks.PARALLEL_MIN_BLOCKS * block - 1, block) == 0  # too short
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(9)))
+    assert workers_for(blocks.PARALLEL_MIN_BLOCKS * block, block) == blocks.MAX_WORKERS
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert workers_for(10**9, block) == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
+    assert workers_for(10**9, block) == 0  # one core: no workers
 
 
 def test_a_column_read_in_a_worker_arrives_sharing_its_repeated_numbers():

@@ -12,7 +12,7 @@ from tests.test_ingest import CORPUS_LOGS, DEEPSPEED, HF, MEGATRON, NEMO, PRIMUS
 from tprimat.backends.external.base import LiveSteps
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_text
-from tprimat.logs.parsers import detect, parse_lines, parse_stream, parse_text
+from tprimat.logs.parsers import detect, parse_file, parse_lines, parse_stream, parse_text
 from tprimat.results.result import validate_result
 from tprimat.spec.build import build_spec
 
@@ -243,10 +243,12 @@ def test_live_replay_of_every_corpus_log(log):
 def _blocks_equal_lines(path, fmt):
     with open(path, errors="replace") as f:
         by_line = parse_lines(f, fmt)
-    # block edges inside lines, and whole files; tables read by two worker processes (tprimat.logs.blocks)
-    for block_chars, workers in ((97, 0), (4096, 0), (1 << 20, 0), (4096, 2)):
-        with open(path, errors="replace") as f:
-            by_block = parse_stream(f, fmt, block_chars, workers=workers)
+    for block_chars in (97, 4096, 1 << 20, None):  # block edges inside lines, whole files; None: 4 KB blocks read
+        if block_chars is None:  # from the file by two worker processes (tprimat.logs.blocks)
+            by_block = parse_file(path, fmt, block_bytes=4096, workers=2)
+        else:
+            with open(path, errors="replace") as f:
+                by_block = parse_stream(f, fmt, block_chars)
         assert _fields(by_block.steps) == _fields(by_line.steps), block_chars
         assert (by_block.facts, by_block.error, by_block.extra) == (by_line.facts, by_line.error, by_line.extra)
 

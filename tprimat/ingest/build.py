@@ -13,16 +13,15 @@ import copy
 import gc
 import hashlib
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import truediv
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence
 
 from tprimat.ingest.derive import CANDIDATES, model_conf, plan_of, resolve, world_size
 from tprimat.ingest.stated import Stated
-from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_lines, parse_stream
+from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_file, parse_lines
 from tprimat.logs.stepcolumns import StepColumns
 from tprimat.logs.stream import Step
 from tprimat.results.metrics import Columns, median, summarize
@@ -180,12 +179,15 @@ def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Opt
     """Which FLOPs convention the framework's own TFLOP/s used: the candidate that reproduces it within 2%."""
     kept = Columns.of(records).kept()
     printed = kept.printed("tflops_per_gpu")
-    paired = list(map(all, zip(printed, kept.step_time_s, kept.tokens)))  # each a figure, a time and tokens
-    if not any(paired):
-        return {"reported_tflops_per_device": None, "reported_flops_convention": None}
-    reported = median(compress(printed, paired))
+    times, tokens = kept.step_time_s, kept.tokens
+    if not (all(printed) and all(times) and all(tokens)):  # else every step has a figure, a time and tokens
+        paired = list(map(all, zip(printed, times, tokens)))
+        if not any(paired):
+            return {"reported_tflops_per_device": None, "reported_flops_convention": None}
+        printed, times, tokens = (list(compress(column, paired)) for column in (printed, times, tokens))
+    reported = median(printed)
     # the median commutes with a positive scale
-    tokens_per_s = median(map(truediv, compress(kept.tokens, paired), compress(kept.step_time_s, paired)))
+    tokens_per_s = median(map(truediv, tokens, times))
     model, seq = model_conf(st), st.spec["training"]["seq_length"]
     convention = "unknown (the model, sequence length or world size is not stated)"
     if model and seq and world:
@@ -212,9 +214,7 @@ def disagreements(summary: dict) -> list[str]:
     return out
 
 
-def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: Union[str, Future]) -> dict:
-    """The result of a parsed log. ``sha256``: the file's digest, or its future (taken on another thread while
-    the result is made: ``ingest_log``)."""
+def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     st = stated_spec(parsed, meta, FRAMEWORK_OF.get(parsed.format))
     framework = st.spec["framework"]["name"]  # tprimat's own log states its framework
     world = world_size(st)
@@ -234,8 +234,7 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: Union[str, Futu
     if status == "ok" and (summary is None or summary["tokens_per_s_per_device"] is None):
         st.warnings.append("no throughput: the log and the overrides do not state the tokens per step and the "
                            "world size (pass training.seq_length, training.global_batch_size, --devices or --system)")
-    source = {"kind": "ingested", "format": parsed.format, "file": name,
-              "sha256": sha256 if isinstance(sha256, str) else sha256.result(),
+    source = {"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
               "stated": dict(sorted(st.where.items())), "facts": {k: v for k, v in st.facts.items()}, **parsed.extra}
     return make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=st.spec, plan=plan,
                        environment=None, steps=steps, summary=summary, warnings=st.warnings,
@@ -267,14 +266,12 @@ def ingest_file(path: Path, meta: Meta, fmt: str = "auto") -> dict:
 def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
     """A text log, streamed line by line (the format detected from its head): memory stays bounded by the
     records, not the file."""
-    with open(path, encoding=encoding_of(path), errors="replace") as f, paused_gc():
+    encoding = encoding_of(path)
+    with open(path, encoding=encoding, errors="replace") as f:
         chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
-        f.seek(0)
-        parsed = parse_stream(f, chosen)
-    # hashlib releases the GIL: the file is hashed on another core while the result is made (a thread started
-    # after the parse, whose worker processes are forked from this one)
-    with ThreadPoolExecutor(1) as hashing, paused_gc():
-        return ingest_parsed(parsed, path.name, meta, hashing.submit(sha256_of, path))
+    with paused_gc():
+        parsed = parse_file(path, chosen, encoding)
+        return ingest_parsed(parsed, path.name, meta, sha256_of(path))
 
 
 def sha256_of(path: Path) -> str:

@@ -1,11 +1,12 @@
 """A long log read in blocks of whole lines, its uniform step blocks read as tables by worker processes.
 
-Reading a block as a table (a format's ``read_table``) is a function of the block alone and most of the work of
-parsing a long log; offering the table's steps (``offer_table``: which rank's copy a step is, what a memory
-report waits for) depends on every block before it. So ``with_tables`` has worker processes read the tables of
-the blocks ahead while the parser offers them one by one in the file's order: the same steps as reading every
-block in one process, on as many cores as the machine lends. A worker that dies, or raises, costs only speed:
-its blocks are read by the parser itself.
+Reading a block as a table (a format's ``block_table``) is a function of the block alone and most of the work
+of parsing a long log; offering the table's steps (``feed_table``: which rank's copy a step is, what a memory
+report waits for) depends on every block before it. So ``with_tables`` has worker processes read the blocks
+ahead, each from the file itself (a block travels as its byte range), while the parser offers their tables one
+by one in the file's order, and reads the text of a block only where it takes it line by line: the same steps as
+one process reading every block, on as many cores as the machine lends. A worker that dies, or raises, costs
+only speed: its blocks are read by the parser itself.
 """
 
 from __future__ import annotations
@@ -15,14 +16,30 @@ import os
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterator, Optional, TextIO
+from typing import Callable, Iterator, NamedTuple, Optional, TextIO
 
 from tprimat.logs.stream import UNREAD
 
 BLOCK_CHARS = 1 << 20
+LINE_WINDOW = 1 << 16  # bytes looked at, at a time, for the line end that closes a block
 PARALLEL_MIN_BLOCKS = 8  # a shorter log is read in one process: starting the workers would cost more
 MAX_WORKERS = 4  # beyond this the parser's own ordered offering is the bottleneck
-AHEAD = 3  # blocks in flight per worker (each one held twice: here and in its worker)
+AHEAD = 3  # blocks in flight per worker
+
+
+class FileBlock(NamedTuple):
+    """Bytes ``start`` to ``end`` of a UTF-8 file, whole lines (the last block may end without a line end)."""
+
+    path: str
+    start: int
+    end: int
+
+    def text(self) -> str:
+        """The block as ``open(path, errors="replace")`` reads it: decoded, ``\\r\\n`` and ``\\r`` as line ends."""
+        with open(self.path, "rb") as f:
+            raw = os.pread(f.fileno(), self.end - self.start, self.start)
+        text = raw.decode("utf-8", "replace")
+        return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def line_blocks(f: TextIO, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
@@ -39,38 +56,48 @@ def line_blocks(f: TextIO, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
         yield carry
 
 
-def workers_for(f: TextIO, block_chars: int = BLOCK_CHARS) -> int:
-    """How many worker processes read the tables of ``f``: one per core this process may run on (at most
-    ``MAX_WORKERS``), none for a stream that is no file, a short file or a single core, or where processes
-    cannot be forked."""
-    try:
-        size = os.fstat(f.fileno()).st_size
-    except (AttributeError, OSError, ValueError):  # io.StringIO, a pipe's unsupported fileno
-        return 0
-    if size < PARALLEL_MIN_BLOCKS * block_chars or "fork" not in multiprocessing.get_all_start_methods():
+def file_blocks(path: str, block_bytes: int = BLOCK_CHARS) -> Iterator[FileBlock]:
+    """The file (as long as it is now) in blocks of whole lines, each about ``block_bytes``: a block ends after
+    the first line end at or past its nominal end."""
+    with open(path, "rb") as f:
+        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
+        start = 0
+        while start < size:
+            end = start + block_bytes
+            while end < size:
+                cut = os.pread(fd, LINE_WINDOW, end).find(b"\n")
+                if cut >= 0:
+                    end += cut + 1
+                    break
+                end += LINE_WINDOW
+            yield FileBlock(path, start, min(end, size))
+            start = min(end, size)
+
+
+def workers_for(size: int, block_bytes: int = BLOCK_CHARS) -> int:
+    """How many worker processes read the tables of a file of ``size`` bytes: one per core this process may run
+    on (at most ``MAX_WORKERS``); none for a short file, a single core, or where processes cannot be forked."""
+    if size < PARALLEL_MIN_BLOCKS * block_bytes or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(cores, MAX_WORKERS) if cores > 1 else 0
 
 
-def with_tables(blocks: Iterator[str], read: Optional[Callable[[str], object]], workers: int
-                ) -> Iterator[tuple[str, object]]:
-    """Each block with its table as ``read`` reads it (None: not a table), ``workers`` processes reading ahead,
-    in the blocks' order; ``UNREAD`` for a block no worker read (no reader, no workers, a block without a line
-    end, a worker lost): the parser reads it itself."""
-    if read is None or workers < 1:
-        yield from ((block, UNREAD) for block in blocks)
-        return
+def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], workers: int
+                ) -> Iterator[tuple[FileBlock, object]]:
+    """Each block with its table as ``read`` reads the block's text (None: not a table), ``workers`` processes
+    reading ahead, in the blocks' order; ``UNREAD`` for a block no worker read (a worker lost): the parser reads
+    it itself."""
     pool: Optional[ProcessPoolExecutor] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    pending: deque[tuple[str, Optional[Future]]] = deque()
+    pending: deque[tuple[FileBlock, Optional[Future]]] = deque()
     try:
         for block in blocks:
             future = None
-            if pool is not None and block.endswith("\n"):
+            if pool is not None:
                 try:
-                    future = pool.submit(read, block)
+                    future = pool.submit(_read, read, block)
                 except BrokenProcessPool:  # a worker was lost: the parser reads the rest itself
-                    pool.shutdown(wait=True, cancel_futures=True)  # workers joined: none left behind
+                    pool.shutdown(wait=True, cancel_futures=True)
                     pool = None
             pending.append((block, future))
             if len(pending) > AHEAD * workers:
@@ -82,7 +109,11 @@ def with_tables(blocks: Iterator[str], read: Optional[Callable[[str], object]], 
             pool.shutdown(wait=True, cancel_futures=True)  # workers joined: none left behind
 
 
-def _done(block: str, future: Optional[Future]) -> tuple[str, object]:
+def _read(read: Callable[[str], object], block: FileBlock) -> object:
+    return read(block.text())
+
+
+def _done(block: FileBlock, future: Optional[Future]) -> tuple[FileBlock, object]:
     if future is None:
         return block, UNREAD
     try:

@@ -40,15 +40,21 @@ def table(lines: list[str], min_chars: int) -> Optional[Table]:
         return None
     keys, values = [], []
     for j in range(1, bars):
-        key, colon, _ = texts[j].partition(":")
-        # every text starts with "key:" exactly when "\nkey:" cuts the column's texts, each after a line end, into
-        # one piece per text after an empty first one (no text holds a line end): the pieces are the values
-        pieces = ("\n" + "\n".join(texts[j::width])).split("\n" + key + ":") if colon else ()
-        if len(pieces) != len(lines) + 1:
+        column = texts[j::width]
+        key, colon, value = column[0].partition(":")
+        if not colon:
             return None
-        del pieces[0]
+        if column.count(column[0]) == len(column):  # one text on every line (a batch size, a counter)
+            values.append([value] * len(column))
+        else:
+            # every text starts with "key:" exactly when "\nkey:" cuts the column's texts, each after a line end,
+            # into one piece per text after an empty first one (no text holds a line end): the pieces are the values
+            pieces = ("\n" + "\n".join(column)).split("\n" + key + ":")
+            if len(pieces) != len(column) + 1:
+                return None
+            del pieces[0]
+            values.append(pieces)
         keys.append(key)
-        values.append(pieces)
     return Table(texts[0::width], keys, values)
 
 
@@ -75,16 +81,17 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
             if all(map(math.isfinite, values)):
                 return values, None, []
     try:
-        value_of = dict(zip(distinct, map(float, distinct)))
+        values = list(map(float, distinct))
     except ValueError:
         pairs = list(map(parse, texts))
         averages = [scale(p[1]) for p in pairs]
         return [scale(p[0]) for p in pairs], (averages if any(a is not None for a in averages) else None), texts
-    if not all(map(math.isfinite, value_of.values())):
-        value_of = {t: (v if math.isfinite(v) else None) for t, v in value_of.items()}
+    if not all(map(math.isfinite, values)):
+        values = [v if math.isfinite(v) else None for v in values]
     if divisor is not None:
-        value_of = {t: scale(v) for t, v in value_of.items()}
-    return Shared.mapped(texts, value_of), None, []
+        values = list(map(scale, values))
+    position = dict(zip(distinct, range(len(distinct))))
+    return Shared.indexed(values, array("I", map(position.__getitem__, texts))), None, []
 
 
 def integers(texts: tuple[str, ...]) -> list[int]:
@@ -100,7 +107,7 @@ class Shared(list):
     sharing them too: pickle writes a number anew at each occurrence, so a 300k-step log's batch-size column
     would arrive as 300k numbers (and the steps of a 100 MB log in 60 MB more)."""
 
-    __slots__ = ("packed",)  # (distinct objects, an index per value), when built with them (``mapped``)
+    __slots__ = ("packed",)  # (distinct objects, an index per value), when built with them
 
     def __init__(self, values=()) -> None:
         super().__init__(values)
@@ -114,11 +121,10 @@ class Shared(list):
         return column
 
     @classmethod
-    def mapped(cls, texts: list[str], value_of: dict) -> "Shared":
-        """``value_of[text]`` for each text, with the index of each text's value among ``value_of``'s."""
-        column = cls(map(value_of.__getitem__, texts))
-        position = dict(zip(value_of, range(len(value_of))))
-        column.packed = list(value_of.values()), array("I", map(position.__getitem__, texts))
+    def indexed(cls, distinct: list, indices: array) -> "Shared":
+        """``distinct[i]`` for each index ``i``."""
+        column = cls(map(distinct.__getitem__, indices))
+        column.packed = distinct, indices
         return column
 
     def __reduce__(self):

@@ -95,7 +95,7 @@ def read_table(block: str) -> Optional[TableBlock]:
     (``tprimat.logs.columns``): the same steps, offered by ``MegatronParser.offer_table``, as line by line; None
     when it is no such table, or when a text it would not read as a number holds a fact, a failure or a memory
     report (those blocks, and consumed-token counts, are read line by line). A function of the block alone:
-    ``parse_stream`` runs it in worker processes."""
+    ``parse_file`` runs it in worker processes."""
     if "memory (MB)" in block or TOKENS in block:
         return None
     lines = block.split("\n")

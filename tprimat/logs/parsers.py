@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Optional, Sequence, TextIO
 
-from tprimat.logs.blocks import BLOCK_CHARS, line_blocks, with_tables, workers_for
+from tprimat.logs.blocks import BLOCK_CHARS, file_blocks, line_blocks, with_tables, workers_for
 from tprimat.logs.deepspeed import DS_STEP, DS_TIMER, DeepspeedParser
 from tprimat.logs.hf import HF_DICT, HfParser
 from tprimat.logs.megatron import ITERATION, MegatronParser, PrimusParser
 from tprimat.logs.mlperf import MARK, MlperfParser
 from tprimat.logs.nemo import NEMO2, NemoParser
 from tprimat.logs.stepcolumns import StepColumns
-from tprimat.logs.stream import StreamParser
+from tprimat.logs.stream import UNREAD, StreamParser
 from tprimat.logs.torchtitan import TITAN, TorchtitanParser
 from tprimat.logs.tprimat import STEP as TPRIMAT_STEP
 from tprimat.logs.tprimat import TprimatParser
@@ -101,17 +104,38 @@ def no_steps(parser: StreamParser, steps, fmt: Optional[str]) -> Optional[str]:
     return parser.error
 
 
-def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = BLOCK_CHARS, workers: Optional[int] = None
-                 ) -> Parsed:
-    """A text file read in blocks (each cut at its last line end) through ``feed_block``: the same steps as
-    ``parse_lines`` over its lines (held as columns: ``StepColumns``), faster on long logs. ``workers``: processes
-    that read the blocks' tables ahead (``tprimat.logs.blocks``; None: one per core for a long file)."""
+def parse_stream(f: TextIO, fmt: Optional[str], block_chars: int = BLOCK_CHARS) -> Parsed:
+    """A text stream read in blocks (each cut at its last line end) through ``feed_block``: the same steps as
+    ``parse_lines`` over its lines (held as columns: ``StepColumns``), faster on long logs."""
     parser = PARSERS[fmt]() if fmt in PARSERS else Unrecognised()
     steps = StepColumns()
-    workers = workers_for(f, block_chars) if workers is None else workers
-    read = None if type(parser).read_table is StreamParser.read_table else parser.read_table
-    for block, table in with_tables(line_blocks(f, block_chars), read, workers):
-        steps.add(parser.feed_block(block, table) if block.endswith("\n") else parser.feed(block))
+    for block in line_blocks(f, block_chars):
+        steps.add(parser.feed_block(block) if block.endswith("\n") else parser.feed(block))
+    return _parsed(parser, steps, fmt)
+
+
+def parse_file(path: Path, fmt: Optional[str], encoding: str = "utf-8", block_bytes: int = BLOCK_CHARS,
+               workers: Optional[int] = None) -> Parsed:
+    """A log file, as ``parse_stream`` reads it opened with ``encoding`` (``errors="replace"``). A long UTF-8 file
+    of a format that reads tables has its blocks' tables read by ``workers`` processes (``tprimat.logs.blocks``;
+    None: one per core), each from the file itself; the parser takes the tables in order and reads the text of
+    the blocks it reads line by line."""
+    parser = PARSERS[fmt]() if fmt in PARSERS else Unrecognised()
+    workers = workers_for(os.path.getsize(path), block_bytes) if workers is None else workers
+    if workers < 1 or codecs.lookup(encoding).name != "utf-8" or type(parser).read_table is StreamParser.read_table:
+        with open(path, encoding=encoding, errors="replace") as f:
+            return parse_stream(f, fmt, block_bytes)
+    steps = StepColumns()
+    for block, table in with_tables(file_blocks(str(path), block_bytes), parser.block_table, workers):
+        if table is not None and table is not UNREAD and (offered := parser.feed_table(table)) is not None:
+            steps.add(offered)
+            continue
+        text = block.text()
+        steps.add(parser.feed_block(text, table) if text.endswith("\n") else parser.feed(text))
+    return _parsed(parser, steps, fmt)
+
+
+def _parsed(parser: StreamParser, steps: StepColumns, fmt: Optional[str]) -> Parsed:
     steps.add(parser.finish())
     steps.sort()
     return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)

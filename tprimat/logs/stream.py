@@ -70,15 +70,17 @@ class StreamParser:
         with a ``FAST`` pattern (a step line from its marker to the line end; the marker starts with a literal,
         so the search runs at C speed) reads its step lines straight from the block, the text before the marker
         being the line's prefix; the lines between them, and any block holding a fact, a failure or colour, go
-        line by line. A format that reads uniform blocks as a table (``read_table``) does that first (and
+        line by line. A format that reads uniform blocks as a table (``block_table``) does that first (and
         searches only the texts it does not read as numbers for the words that send a block line by line).
-        ``table``: the block's ``read_table``, when already read (by a worker process: ``parse_stream``)."""
-        if self.FAST is None or self.failure or "\x1b" in block or "\r" in block:
+        ``table``: the block's ``block_table``, when already read (by a worker process: ``parse_file``)."""
+        if self.failure:  # from the first failure on, every line is kept for the excerpt
             return self._feed_lines(block)
         if table is UNREAD:
-            table = self.read_table(block)
+            table = self.block_table(block)
         if table is not None:
             return self.offer_table(table)
+        if self.FAST is None or "\x1b" in block or "\r" in block:
+            return self._feed_lines(block)
         if any(word in block for word in BLOCK_TRIGGERS):
             return self._feed_lines(block)
         steps, pos = [], 0
@@ -105,11 +107,24 @@ class StreamParser:
             steps += self.feed(raw)
         return steps
 
+    def feed_table(self, table) -> Optional[list[Step]]:
+        """A block's ``block_table``, read elsewhere (a worker process): its steps, as ``feed_block`` gives them;
+        None where the parser must read the block's lines instead (from the first failure on)."""
+        return None if self.failure else self.offer_table(table)
+
+    @classmethod
+    def block_table(cls, block: str) -> Optional[object]:
+        """``read_table`` of a block that may be read as a table at all (a format with a ``FAST`` pattern; no
+        colour codes or carriage returns, which need ``clean``): a function of the block alone."""
+        if cls.FAST is None or "\x1b" in block or "\r" in block:
+            return None
+        return cls.read_table(block)
+
     @staticmethod
     def read_table(block: str) -> Optional[object]:
         """A block of uniform step lines read as a table, or None: not such a block (or a format without a table
         reader), read by ``FAST`` instead. A function of the block alone, never of the parser's state: it may
-        run in another process (``parse_stream``)."""
+        run in another process (``parse_file``)."""
         return None
 
     def offer_table(self, table) -> list[Step]:

@@ -46,7 +46,8 @@ def _stored(count: int, field, names, printed) -> dict:
     reported = {}
     for name in names:
         column = printed(name)
-        if dict in set(map(type, column)) <= {dict, type(None)}:  # a figure per key: one array per key
+        # a figure per key (its values objects or null): one array per key; a number first rules that out at once
+        if column and type(column[0]) in (dict, type(None)) and dict in set(map(type, column)) <= {dict, type(None)}:
             each = [v if v is not None else EMPTY for v in column]
             reported[name] = {key: list(map(methodcaller("get", key), each))
                               for key in dict.fromkeys(chain.from_iterable(each))}

@@ -144,12 +144,18 @@ class Columns:
         return self.count
 
     def where(self, keep: Iterable) -> "Columns":
-        """The records whose ``keep`` is true."""
-        keep = list(keep)
-        if all(keep):
+        """The records whose ``keep`` is true: one run of them (the steps after a warm-up) sliced out of each
+        column, any others picked."""
+        keep = list(map(bool, keep))
+        count = keep.count(True)
+        if count == len(keep):
             return self
+        first = keep.index(True) if count else 0
+        if keep[first:first + count].count(True) == count:
+            rows = slice(first, first + count)
+            return Columns(lambda name: getattr(self, name)[rows], lambda name: self.printed(name)[rows], count)
         return Columns(lambda name: compress(getattr(self, name), keep),
-                       lambda name: compress(self.printed(name), keep), sum(map(bool, keep)))
+                       lambda name: compress(self.printed(name), keep), count)
 
     def kept(self) -> "Columns":
         """The records that are not warm-up."""
