@@ -21,7 +21,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, TextIO
 from tprimat.logs.stream import UNREAD
 
 BLOCK_CHARS = 1 << 20
-LINE_WINDOW = 1 << 16  # bytes looked at, at a time, for the line end that closes a block
+LINE_WINDOW = 1 << 12  # bytes looked at, at a time, for the line end that closes a block
 PARALLEL_MIN_BLOCKS = 8  # a shorter log is read in one process: starting the workers would cost more
 MAX_WORKERS = 4  # beyond this the parser's own ordered offering is the bottleneck
 AHEAD = 3  # blocks in flight per worker

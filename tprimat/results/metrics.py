@@ -19,7 +19,7 @@ import statistics
 from functools import partial
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter, methodcaller
-from typing import Callable, Iterable, Optional, Sequence
+from typing import AbstractSet, Callable, Iterable, Optional, Sequence
 
 from tprimat.logs.stepcolumns import StepColumns
 from tprimat.results.records import FIELD_NAMES, StepRecord
@@ -28,10 +28,11 @@ from tprimat.results.records import FIELD_NAMES, StepRecord
 REPORTED = ("tokens_per_s_per_gpu", "tflops_per_gpu", "samples_per_s", "mfu_pct", "it_per_s", "tokens_per_s")
 
 
-def step_time_stats(times: list[float]) -> dict:
+def step_time_stats(timed: "Columns") -> dict:
+    times = timed.step_time_s
     return {
         "mean": statistics.fmean(times),
-        "median": median(times),
+        "median": timed.median("step_time_s"),
         "min": min(times),
         "max": max(times),
         "std": sample_std(times) if len(times) > 1 else 0.0,
@@ -52,18 +53,18 @@ def median(values: Iterable[float]) -> float:
     return float(np.median(np.asarray(values, dtype=float)))
 
 
-def sample_std(values: list[float]) -> float:
-    """The sample standard deviation, two passes with exactly rounded sums over the differences from the first
-    value (exact for close values: equal times give exactly 0): within rounding of ``statistics.stdev``, whose
-    exact rationals cost about 1 us a value (a second on a 300k-step log). The differences of a long column are
-    taken by numpy (the same numbers, in C)."""
+def sample_std(values: Sequence[float]) -> float:
+    """The sample standard deviation, two passes over the differences from the first value (exact for close
+    values: equal times give exactly 0), with exactly rounded sums (a long column: numpy's pairwise sums, within
+    a few units in the last place): within rounding of ``statistics.stdev``, whose exact rationals cost about 1 us
+    a value (a second on a 300k-step log)."""
     first = values[0]
     if len(values) >= NUMPY_MEDIAN_MIN:
         import numpy as np
 
         shifted = np.asarray(values, dtype=float) - first
-        mean = math.fsum(shifted.tolist()) / len(shifted)
-        return math.sqrt(math.fsum(((shifted - mean) ** 2).tolist()) / (len(shifted) - 1))
+        deviations = shifted - shifted.sum() / len(shifted)
+        return math.sqrt(float(np.dot(deviations, deviations)) / (len(shifted) - 1))
     shifted = [v - first for v in values]
     mean = math.fsum(shifted) / len(shifted)
     return math.sqrt(math.fsum([(d - mean) ** 2 for d in shifted]) / (len(shifted) - 1))
@@ -90,7 +91,7 @@ def reported_medians(records: list[StepRecord]) -> dict:
 
 def _reported_medians(kept: "Columns") -> dict:
     medians = {}
-    for name in REPORTED:
+    for name in filter(kept.prints, REPORTED):
         values = list(filter(NOT_NONE, kept.printed(name)))
         if values and min(values) < 0:  # a negative rate, which no throughput can be, is a timer artefact
             values = [v for v in values if v >= 0]
@@ -105,13 +106,15 @@ class Columns:
     field it needs once, not each record's attributes once per figure (300k steps of an ingested log). Steps
     held as columns (``StepColumns``) are read as they are held."""
 
-    def __init__(self, field: Callable[[str], Iterable], printed: Callable[[str], Iterable], count: int) -> None:
+    def __init__(self, field: Callable[[str], Iterable], printed: Callable[[str], Iterable], count: int,
+                 names: Optional[AbstractSet[str]] = None) -> None:
         self.field, self.printed_of, self.count, self.cache = field, printed, count, {}
+        self.names = names  # the names any record printed, when known (else None)
 
     @classmethod
     def of(cls, records) -> "Columns":
         if isinstance(records, StepColumns):
-            return cls(records.column, records.printed, len(records))
+            return cls(records.column, records.printed, len(records), frozenset(records.names()))
         dicts = all(map(isinstance, records, repeat(dict)))  # parsed steps, result step objects
         getter = itemgetter if dicts else attrgetter
 
@@ -143,6 +146,17 @@ class Columns:
     def __len__(self) -> int:
         return self.count
 
+    def median(self, name: str) -> float:
+        """The median of a field (``median``), taken once."""
+        key = ("median", name)
+        if key not in self.cache:
+            self.cache[key] = median(getattr(self, name))
+        return self.cache[key]
+
+    def prints(self, name: str) -> bool:
+        """Whether any record may have printed ``name`` (True where that is not known)."""
+        return self.names is None or name in self.names
+
     def where(self, keep: Iterable) -> "Columns":
         """The records whose ``keep`` is true: one run of them (the steps after a warm-up) sliced out of each
         column, any others picked."""
@@ -153,9 +167,10 @@ class Columns:
         first = keep.index(True) if count else 0
         if keep[first:first + count].count(True) == count:
             rows = slice(first, first + count)
-            return Columns(lambda name: getattr(self, name)[rows], lambda name: self.printed(name)[rows], count)
+            return Columns(lambda name: getattr(self, name)[rows], lambda name: self.printed(name)[rows], count,
+                           self.names)
         return Columns(lambda name: compress(getattr(self, name), keep),
-                       lambda name: compress(self.printed(name), keep), count)
+                       lambda name: compress(self.printed(name), keep), count, self.names)
 
     def kept(self) -> "Columns":
         """The records that are not warm-up."""
@@ -184,7 +199,7 @@ def summarize(records: list[StepRecord], world_size: Optional[int], flops_per_to
         "measured_steps": len(timed) or len(kept),
         "warmup_steps": len(every) - len(kept),
         "repeats": len(set(every.repeat)),
-        "step_time_s": step_time_stats(list(timed.step_time_s)) if len(timed) else None,
+        "step_time_s": step_time_stats(timed) if len(timed) else None,
         "peak_memory_gib": _max_or_none(kept.peak_memory_gib),
         "avg_memory_gib": _mean_or_none(kept.memory_gib),
         "loss_first": next(filter(NOT_NONE, every.loss), None),
@@ -233,5 +248,5 @@ def per_repeat(measured: Columns, repeat: int) -> dict:  # measured: steps with 
                                                                                   itertools.repeat(repeat)))
     total_s = sum(mine.step_time_s)
     return {"repeat": repeat, "measured_steps": len(mine),
-            "step_time_s_median": median(mine.step_time_s),
+            "step_time_s_median": mine.median("step_time_s"),
             "tokens_per_s": sum(mine.tokens) / total_s}
