@@ -62,9 +62,9 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
             ) -> tuple[list, Optional[list], list[str]]:
     """A column of value texts -> (current values, running averages or None when no value has one, the texts
     read other than by ``float``), each value as ``parse`` reads it (divided by ``divisor`` when given: a
-    millisecond column in seconds). Plain numbers convert in C-level ``map``s, each distinct text once (repeated
-    values share one number object); a column of one repeated text (batch size, loss scale, counters) is parsed
-    by ``parse`` once."""
+    millisecond column in seconds). Plain numbers convert in C-level ``map``s: where at most half the texts are
+    distinct (a step time printed to 0.1 ms), each distinct text once, repeated values sharing one number object;
+    a column of one repeated text (batch size, loss scale, counters) is parsed by ``parse`` once."""
     scale = (lambda v: v) if divisor is None else (lambda v: None if v is None else v / divisor)  # noqa: E731
     if texts.count(texts[0]) == len(texts):
         current, average = map(scale, parse(texts[0]))
@@ -72,7 +72,7 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
         return Shared.repeated(current, len(texts)), \
             (None if average is None else Shared.repeated(average, len(texts))), unread
     distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
-    if len(distinct) == len(texts) and divisor is None:  # no text repeats (a loss): each converted as it comes
+    if len(distinct) * 2 > len(texts) and divisor is None:  # few texts repeat (a loss): each converted as it comes
         try:
             values = list(map(float, texts))
         except ValueError:

@@ -21,6 +21,8 @@ from itertools import compress, repeat
 from operator import attrgetter, itemgetter, methodcaller
 from typing import AbstractSet, Callable, Iterable, Optional, Sequence
 
+import numpy as np
+
 from tprimat.logs.stepcolumns import StepColumns
 from tprimat.results.records import FIELD_NAMES, StepRecord
 
@@ -48,8 +50,6 @@ def median(values: Iterable[float]) -> float:
     values = values if isinstance(values, (list, tuple)) else list(values)
     if len(values) < NUMPY_MEDIAN_MIN:
         return statistics.median(values)
-    import numpy as np
-
     return float(np.median(np.asarray(values, dtype=float)))
 
 
@@ -60,8 +60,6 @@ def sample_std(values: Sequence[float]) -> float:
     a value (a second on a 300k-step log)."""
     first = values[0]
     if len(values) >= NUMPY_MEDIAN_MIN:
-        import numpy as np
-
         shifted = np.asarray(values, dtype=float) - first
         deviations = shifted - shifted.sum() / len(shifted)
         return math.sqrt(float(np.dot(deviations, deviations)) / (len(shifted) - 1))
