@@ -79,7 +79,10 @@ def test_a_lost_worker_costs_only_speed(tmp_path, monkeypatch):
     chunks = list(file_blocks(str(path), 1500))
     tables = [table for _, table in with_tables(iter(chunks), DyingWorkerParser.block_table, 2)]
     lost = next(i for i, block in enumerate(chunks) if "iteration       40/" in block.text())
-    assert tables[lost] is UNREAD and tables[-1] is UNREAD  # read by the parser itself (the last: no pool left)
+    # worker k reads blocks k, k + 2, ...: the dying worker's blocks from the lost one on are left to the parser;
+    # its blocks before that, and all of the other worker's, are read by the workers
+    assert all(table is UNREAD for table in tables[lost::2])
+    assert not any(table is UNREAD for table in tables[lost % 2:lost:2] + tables[1 - lost % 2::2])
 
 
 def test_a_failure_sends_the_blocks_after_it_line_by_line(tmp_path):

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterator, NamedTuple, Optional, TextIO
+from typing import Callable, Iterator, NamedTuple, TextIO
 
 from tprimat.logs.stream import UNREAD
 
@@ -24,7 +21,6 @@ BLOCK_CHARS = 1 << 20
 LINE_WINDOW = 1 << 12  # bytes looked at, at a time, for the line end that closes a block
 PARALLEL_MIN_BLOCKS = 8  # a shorter log is read in one process: starting the workers would cost more
 MAX_WORKERS = 4  # beyond this the parser's own ordered offering is the bottleneck
-AHEAD = 3  # blocks in flight per worker
 
 
 class FileBlock(NamedTuple):
@@ -85,38 +81,45 @@ def workers_for(size: int, block_bytes: int = BLOCK_CHARS) -> int:
 
 def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], workers: int
                 ) -> Iterator[tuple[FileBlock, object]]:
-    """Each block with its table as ``read`` reads the block's text (None: not a table), ``workers`` processes
-    reading ahead, in the blocks' order; ``UNREAD`` for a block no worker read (a worker lost): the parser reads
-    it itself."""
-    pool: Optional[ProcessPoolExecutor] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-    pending: deque[tuple[FileBlock, Optional[Future]]] = deque()
+    """Each block with its table as ``read`` reads the block's text (None: not a table), in the blocks' order.
+    ``workers`` forked processes read them ahead, worker k every workers-th block from the k-th, each sending its
+    tables back in order through its own pipe (a full pipe holds a worker back: a table or two in flight each);
+    ``UNREAD`` for a block no worker read (its worker lost): the parser reads it itself."""
+    blocks = list(blocks)  # byte ranges: a few hundred bytes per megabyte of log
+    context = multiprocessing.get_context("fork")
+    pipes: list = []
+    processes = []
+    for k in range(workers):
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_serve, args=(read, blocks[k::workers], send), daemon=True)
+        process.start()
+        send.close()  # the worker's end: its exit closes the pipe, and a lost worker reads as EOF
+        pipes.append(receive)
+        processes.append(process)
     try:
-        for block in blocks:
-            future = None
-            if pool is not None:
+        for i, block in enumerate(blocks):
+            table, pipe = UNREAD, pipes[i % workers]
+            if pipe is not None:
                 try:
-                    future = pool.submit(_read, read, block)
-                except BrokenProcessPool:  # a worker was lost: the parser reads the rest itself
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    pool = None
-            pending.append((block, future))
-            if len(pending) > AHEAD * workers:
-                yield _done(*pending.popleft())
-        while pending:
-            yield _done(*pending.popleft())
+                    table = pipe.recv()
+                except (EOFError, OSError):  # the worker was lost: the parser reads its blocks itself
+                    pipes[i % workers] = None
+            yield block, table
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)  # workers joined: none left behind
+        for process, pipe in zip(processes, pipes):
+            if process.is_alive():
+                process.kill()  # the parse stopped early: a worker waiting to send is not waited for
+            process.join()
+            if pipe is not None:
+                pipe.close()
 
 
-def _read(read: Callable[[str], object], block: FileBlock) -> object:
-    return read(block.text())
-
-
-def _done(block: FileBlock, future: Optional[Future]) -> tuple[FileBlock, object]:
-    if future is None:
-        return block, UNREAD
-    try:
-        return block, future.result()
-    except Exception:  # a worker lost (BrokenProcessPool) or a table it could not read: the parser reads it
-        return block, UNREAD
+def _serve(read: Callable[[str], object], blocks: list[FileBlock], send) -> None:
+    """A worker: its blocks' tables, sent in order (``UNREAD`` for a block whose reading raised)."""
+    for block in blocks:
+        try:
+            table = read(block.text())
+        except Exception:  # noqa: BLE001 - the parser reads this block itself, as in one process
+            table = UNREAD
+        send.send(table)
+    send.close()

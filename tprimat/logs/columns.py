@@ -16,6 +16,7 @@ from itertools import repeat
 from operator import methodcaller
 from typing import Callable, NamedTuple, Optional
 
+SAMPLE = 64  # texts looked at to judge whether a column repeats enough to share its numbers
 Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
 
 
@@ -44,7 +45,7 @@ def table(lines: list[str], min_chars: int) -> Optional[Table]:
         key, colon, value = column[0].partition(":")
         if not colon:
             return None
-        if column.count(column[0]) == len(column):  # one text on every line (a batch size, a counter)
+        if one_text(column):  # one text on every line (a batch size, a counter)
             values.append([value] * len(column))
         else:
             # every text starts with "key:" exactly when "\nkey:" cuts the column's texts, each after a line end,
@@ -62,24 +63,25 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
             ) -> tuple[list, Optional[list], list[str]]:
     """A column of value texts -> (current values, running averages or None when no value has one, the texts
     read other than by ``float``), each value as ``parse`` reads it (divided by ``divisor`` when given: a
-    millisecond column in seconds). Plain numbers convert in C-level ``map``s: where at most half the texts are
-    distinct (a step time printed to 0.1 ms), each distinct text once, repeated values sharing one number object;
-    a column of one repeated text (batch size, loss scale, counters) is parsed by ``parse`` once."""
+    millisecond column in seconds). Plain numbers convert in C-level ``map``s: where texts repeat (at least half
+    of the first ``SAMPLE`` do: a step time printed to 0.1 ms), each distinct text once, repeated values sharing
+    one number object; a column of one repeated text (batch size, loss scale, counters) is parsed by ``parse``
+    once."""
     scale = (lambda v: v) if divisor is None else (lambda v: None if v is None else v / divisor)  # noqa: E731
-    if texts.count(texts[0]) == len(texts):
+    if one_text(texts):
         current, average = map(scale, parse(texts[0]))
         unread = [] if plain(texts[0]) else texts[:1]
         return Shared.repeated(current, len(texts)), \
             (None if average is None else Shared.repeated(average, len(texts))), unread
-    distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
-    if len(distinct) * 2 > len(texts) and divisor is None:  # few texts repeat (a loss): each converted as it comes
-        try:
+    if divisor is None and len(set(texts[:SAMPLE])) * 2 > len(texts[:SAMPLE]):  # few texts repeat (a loss):
+        try:  # each converted as it comes
             values = list(map(float, texts))
         except ValueError:
             pass
         else:
             if all(map(math.isfinite, values)):
                 return values, None, []
+    distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
     try:
         values = list(map(float, distinct))
     except ValueError:
@@ -96,7 +98,7 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
 
 def integers(texts: tuple[str, ...]) -> list[int]:
     """A column of integer texts as ints (ValueError: one is not an int); one repeated text shares one int."""
-    if texts.count(texts[0]) == len(texts):
+    if one_text(texts):
         return Shared.repeated(int(texts[0]), len(texts))
     return list(map(int, texts))
 
@@ -108,10 +110,6 @@ class Shared(list):
     would arrive as 300k numbers (and the steps of a 100 MB log in 60 MB more)."""
 
     __slots__ = ("packed",)  # (distinct objects, an index per value), when built with them
-
-    def __init__(self, values=()) -> None:
-        super().__init__(values)
-        self.packed = None
 
     @classmethod
     def repeated(cls, value, count: int) -> "Shared":
@@ -128,8 +126,9 @@ class Shared(list):
         return column
 
     def __reduce__(self):
-        if self.packed is not None:
-            return shared, self.packed
+        packed = getattr(self, "packed", None)
+        if packed is not None:
+            return shared, packed
         by_id = dict(zip(map(id, self), self))
         position = dict(zip(by_id, range(len(by_id))))
         return shared, (list(by_id.values()), array("I", map(position.__getitem__, map(id, self))))
@@ -138,6 +137,11 @@ class Shared(list):
 def shared(distinct: list, indices: array) -> list:
     """A ``Shared`` column back from its distinct objects and an index per value (as a plain list)."""
     return list(map(distinct.__getitem__, indices))
+
+
+def one_text(texts) -> bool:
+    """Whether every text is the first one (most columns that are not differ at once, in the second)."""
+    return len(texts) < 2 or texts[1] == texts[0] and texts.count(texts[0]) == len(texts)
 
 
 def plain(text: str) -> bool:

@@ -29,7 +29,14 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
-UNREAD = object()  # feed_block: the block's table is not read yet
+class _Unread:
+    """``UNREAD``: pickled by name, so that a worker process's UNREAD is this process's."""
+
+    def __reduce__(self) -> str:
+        return "UNREAD"
+
+
+UNREAD = _Unread()  # feed_block: the block's table is not read yet
 MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError)  # what a bad line raises
 # A block holding any of these is read line by line: colour codes, carriage returns (progress bars; ``clean``
 # drops them), fact-bearing lines (argument dumps, launcher command lines, model arguments) and failures need
