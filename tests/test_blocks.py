@@ -4,6 +4,7 @@ speed."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 
@@ -95,6 +96,7 @@ def test_a_failure_sends_the_blocks_after_it_line_by_line(tmp_path):
     got = parse_file(path, "megatron", block_bytes=1500, workers=2)
     assert expected.error and got.error == expected.error
     assert got.steps == expected.steps
+    assert got.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()  # the file hashed block by block on the way
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -271,7 +271,7 @@ def ingest_log(path: Path, meta: Meta, fmt: str = "auto") -> dict:
         chosen = detect(f.read(DETECT_BYTES)) if fmt == "auto" else fmt
     with paused_gc():
         parsed = parse_file(path, chosen, encoding)
-        return ingest_parsed(parsed, path.name, meta, sha256_of(path))
+        return ingest_parsed(parsed, path.name, meta, parsed.sha256 or sha256_of(path))
 
 
 def sha256_of(path: Path) -> str:

@@ -30,11 +30,13 @@ class FileBlock(NamedTuple):
     start: int
     end: int
 
+    def raw(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.end - self.start, self.start)
+
     def text(self) -> str:
         """The block as ``open(path, errors="replace")`` reads it: decoded, ``\\r\\n`` and ``\\r`` as line ends."""
-        with open(self.path, "rb") as f:
-            raw = os.pread(f.fileno(), self.end - self.start, self.start)
-        text = raw.decode("utf-8", "replace")
+        text = self.raw().decode("utf-8", "replace")
         return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 

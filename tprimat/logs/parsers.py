@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -80,6 +82,7 @@ class Parsed:
     error: Optional[str]
     facts: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    sha256: Optional[str] = None  # the file's digest, where the parse took it on its way (``parse_file``)
 
 
 def parse_lines(lines: Iterable[str], fmt: Optional[str]) -> Parsed:
@@ -125,14 +128,15 @@ def parse_file(path: Path, fmt: Optional[str], encoding: str = "utf-8", block_by
     if workers < 1 or codecs.lookup(encoding).name != "utf-8" or type(parser).read_table is StreamParser.read_table:
         with open(path, encoding=encoding, errors="replace") as f:
             return parse_stream(f, fmt, block_bytes)
-    steps = StepColumns()
+    steps, digest = StepColumns(), hashlib.sha256()
     for block, table in with_tables(file_blocks(str(path), block_bytes), parser.block_table, workers):
+        digest.update(block.raw())  # here, while the workers read the blocks ahead: no second pass over the file
         if table is not None and table is not UNREAD and (offered := parser.feed_table(table)) is not None:
             steps.add(offered)
             continue
         text = block.text()
         steps.add(parser.feed_block(text, table) if text.endswith("\n") else parser.feed(text))
-    return _parsed(parser, steps, fmt)
+    return dataclasses.replace(_parsed(parser, steps, fmt), sha256=digest.hexdigest())
 
 
 def _parsed(parser: StreamParser, steps: StepColumns, fmt: Optional[str]) -> Parsed:
