@@ -109,26 +109,26 @@ class Shared(list):
     sharing them too: pickle writes a number anew at each occurrence, so a 300k-step log's batch-size column
     would arrive as 300k numbers (and the steps of a 100 MB log in 60 MB more)."""
 
-    __slots__ = ("packed",)  # (distinct objects, an index per value), when built with them
+    __slots__ = ("packed",)  # how it pickles, when built knowing its distinct values (``__reduce__``'s value)
 
     @classmethod
     def repeated(cls, value, count: int) -> "Shared":
         """``value``, ``count`` times."""
         column = cls(repeat(value, count))
-        column.packed = [value], array("I", [0]) * count
+        column.packed = repeated, (value, count)
         return column
 
     @classmethod
     def indexed(cls, distinct: list, indices: array) -> "Shared":
         """``distinct[i]`` for each index ``i``."""
         column = cls(map(distinct.__getitem__, indices))
-        column.packed = distinct, indices
+        column.packed = shared, (distinct, indices)
         return column
 
     def __reduce__(self):
         packed = getattr(self, "packed", None)
         if packed is not None:
-            return shared, packed
+            return packed
         by_id = dict(zip(map(id, self), self))
         position = dict(zip(by_id, range(len(by_id))))
         return shared, (list(by_id.values()), array("I", map(position.__getitem__, map(id, self))))
@@ -137,6 +137,11 @@ class Shared(list):
 def shared(distinct: list, indices: array) -> list:
     """A ``Shared`` column back from its distinct objects and an index per value (as a plain list)."""
     return list(map(distinct.__getitem__, indices))
+
+
+def repeated(value, count: int) -> list:
+    """A ``Shared`` column of one value back (as a plain list)."""
+    return [value] * count
 
 
 def one_text(texts) -> bool:
