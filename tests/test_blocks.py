@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_fuzz import megatron_run, parse_both_ways
-from tprimat.logs import blocks
+from tprimat.compose import compose
+from tprimat.ingest.build import Meta, ingest_file
+from tprimat.logs import blocks, parsers
 from tprimat.logs.blocks import file_blocks, with_tables, workers_for
 from tprimat.logs.columns import Shared, integers, numbers
 from tprimat.logs.megatron import MegatronParser, current_and_average, read_table
@@ -134,3 +136,19 @@ def test_a_column_read_in_a_worker_arrives_sharing_its_repeated_numbers():
         assert list(map(repr, back)) == list(map(repr, column))  # -0.0 stays -0.0
         assert len(set(map(id, back))) == distinct
     assert pickle.loads(pickle.dumps(step_times))[:4] == [1.0005, 0.998, 1.0005, 1.001]
+
+
+def test_a_long_log_ingests_alike_with_and_without_workers(tmp_path, monkeypatch):
+    """``tprimat ingest`` of a log long enough for the workers (on a machine of several cores) gives the result of
+    one process reading it: the same steps, summary, warnings and source (the file's digest included)."""
+    path = tmp_path / "long.log"
+    path.write_text(long_log(30_000))
+    assert path.stat().st_size >= blocks.PARALLEL_MIN_BLOCKS * blocks.BLOCK_CHARS
+    meta = Meta(compose, ["world_size=8", "training.seq_length=4096"])
+    with_workers = ingest_file(path, meta)
+    monkeypatch.setattr(parsers, "workers_for", lambda size, block_bytes=0: 0)
+    alone = ingest_file(path, meta)
+    for key in ("steps", "summary", "warnings", "source", "spec", "status"):
+        assert with_workers[key] == alone[key], key
+    assert alone["source"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert len(alone["steps"]) == 30_000
