@@ -16,7 +16,6 @@ from itertools import repeat
 from operator import methodcaller
 from typing import Callable, NamedTuple, Optional
 
-SAMPLE = 64  # texts looked at to judge whether a column repeats enough to share its numbers
 Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
 
 
@@ -63,25 +62,24 @@ def numbers(texts: list[str], parse: Callable[[str], Pair], divisor: Optional[fl
             ) -> tuple[list, Optional[list], list[str]]:
     """A column of value texts -> (current values, running averages or None when no value has one, the texts
     read other than by ``float``), each value as ``parse`` reads it (divided by ``divisor`` when given: a
-    millisecond column in seconds). Plain numbers convert in C-level ``map``s: where texts repeat (at least half
-    of the first ``SAMPLE`` do: a step time printed to 0.1 ms), each distinct text once, repeated values sharing
-    one number object; a column of one repeated text (batch size, loss scale, counters) is parsed by ``parse``
-    once."""
+    millisecond column in seconds). Plain numbers convert in C-level ``map``s: where texts repeat (at most half of
+    them distinct: a step time printed to 0.1 ms), each distinct text once, repeated values sharing one number
+    object; a column of one repeated text (batch size, loss scale, counters) is parsed by ``parse`` once."""
     scale = (lambda v: v) if divisor is None else (lambda v: None if v is None else v / divisor)  # noqa: E731
     if one_text(texts):
         current, average = map(scale, parse(texts[0]))
         unread = [] if plain(texts[0]) else texts[:1]
         return Shared.repeated(current, len(texts)), \
             (None if average is None else Shared.repeated(average, len(texts))), unread
-    if divisor is None and len(set(texts[:SAMPLE])) * 2 > len(texts[:SAMPLE]):  # few texts repeat (a loss):
-        try:  # each converted as it comes
+    distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
+    if len(distinct) * 2 > len(texts) and divisor is None:  # few texts repeat (a loss): each converted as it comes
+        try:
             values = list(map(float, texts))
         except ValueError:
             pass
         else:
             if all(map(math.isfinite, values)):
                 return values, None, []
-    distinct = dict.fromkeys(texts)  # each text once, in C: a step time or a throughput printed to 0.1 repeats
     try:
         values = list(map(float, distinct))
     except ValueError:
