@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,3 +155,35 @@ def test_a_long_log_ingests_alike_with_and_without_workers(tmp_path, monkeypatch
         assert with_workers[key] == alone[key], key
     assert alone["source"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert len(alone["steps"]) == 30_000
+
+
+INTERRUPTED = """
+import os, signal, sys
+import psutil
+from tprimat.logs.blocks import file_blocks, with_tables
+from tprimat.logs.megatron import read_table
+
+def read(text):
+    if "iteration      200/" in text:
+        os.killpg(0, signal.SIGINT)  # Ctrl-C: the whole process group, the workers too
+    return read_table(text)
+
+try:
+    for _ in with_tables(file_blocks(sys.argv[1], 2000), read, 2):
+        pass
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted")
+print(len(psutil.Process().children()))
+"""
+
+
+def test_ctrl_c_stops_the_parse_and_its_workers_quietly(tmp_path):
+    """The parser's process gets KeyboardInterrupt and stops its workers; the workers ignore the signal (no
+    traceback of theirs) and none is left behind."""
+    path = tmp_path / "run.log"
+    path.write_text(long_log(1000))
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED, str(path)], capture_output=True, text=True, timeout=120,
+                          start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.split() == ["interrupted", "0"], done.stderr
+    assert "Traceback" not in done.stderr

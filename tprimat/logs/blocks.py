@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from typing import Callable, Iterator, NamedTuple, TextIO
 
 from tprimat.logs.stream import UNREAD
@@ -117,7 +118,10 @@ def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], work
 
 
 def _serve(read: Callable[[str], object], blocks: list[FileBlock], send) -> None:
-    """A worker: its blocks' tables, sent in order (``UNREAD`` for a block whose reading raised)."""
+    """A worker: its blocks' tables, sent in order (``UNREAD`` for a block whose reading raised). Ctrl-C reaches
+    the whole process group: the parser stops the workers itself, so a worker ignores it (no traceback of its
+    own)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for block in blocks:
         try:
             table = read(block.text())
