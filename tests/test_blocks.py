@@ -11,16 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_fuzz import megatron_run, parse_both_ways
 from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file
-from tprimat.logs import blocks, parsers
+from tprimat.logs import blocks, facts, parsers
 from tprimat.logs.blocks import file_blocks, with_tables, workers_for
 from tprimat.logs.columns import Shared, integers, numbers
-from tprimat.logs.megatron import MegatronParser, current_and_average, read_table
+from tprimat.logs.megatron import HEAD_LABELS, MegatronParser, current_and_average, head_ranks, read_table
 from tprimat.logs.parsers import PARSERS, parse_file, parse_stream
 from tprimat.logs.stream import UNREAD
 
@@ -113,6 +114,70 @@ def test_tables_read_by_workers_equal_the_line_path(tmp_path, lines, block_bytes
     by_workers = parse_file(path, "megatron", block_bytes=block_bytes, workers=2)
     assert by_workers.steps == by_line.steps
     assert (by_workers.facts, by_workers.error) == (by_line.facts, by_line.error)
+
+
+ODD = " \t0123456789:[(x-"  # what a label, and what a rule reading labels, might trip on
+TAIL = st.one_of(st.text(ODD, max_size=16), st.text(ODD, max_size=8).map("iteration {}  5/ 9".format))
+LABELLED = st.builds("{}{}:{}{}".format, st.sampled_from(["", " ", "  ", "\t"]), st.integers(0, 10**10).map(str),
+                     st.sampled_from(["", " ", "  ", "\t "]), TAIL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(heads=st.lists(st.one_of(LABELLED, st.text(ODD, max_size=20), TAIL), min_size=1, max_size=40),
+       repeats=st.integers(1, 70))
+def test_line_starts_read_once_give_each_lines_label_as_the_rule_reads_it(heads, repeats):
+    """``head_ranks`` reads each distinct line start once: every line's rank is still what ``HEAD_LABELS`` (the
+    rule, applied to each line) reads, for labels of any width, blanks, digits and colons in any place."""
+    heads = tuple(heads * repeats)
+    expected = [int(label) if label else None for label in HEAD_LABELS.findall("\n".join(heads))]
+    assert head_ranks(heads, "\n".join(heads)) == expected
+
+
+STATES = ["  seq_length ...................... 4096", "[20260101 10:00:00][rank-7/8][INFO ] ", "global_batch_size: 16",
+          "torchrun --nproc_per_node=8 --nnodes=2 train.py", "python -m torch.distributed.run --nproc_per_node 4",
+          "TransformerModelArgs(dim=4096, n_layers=32, n_heads=32, multiple_of=1024)",
+          "torchrun train.py --training.seq_len 2048"]
+AROUND = ["0: ", "  ", "\t", "[rank0]: ", "(worker, pid=7) ", "x", ":", " | ", "...", "rank-", "seq_length"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(line=st.lists(st.sampled_from(STATES + AROUND) | st.text(max_size=6), max_size=5).map("".join))
+def test_a_line_that_states_a_fact_holds_a_stating_text(line):
+    """``facts.may_state``: a block's other lines that it says state nothing are only counted, never read; so
+    every line from which a parser reads a fact (or a world size) must be one it says may state one."""
+    parser = MegatronParser()
+    parser.feed(line)
+    assert not parser.facts or facts.may_state(line), parser.facts
+
+
+@pytest.mark.parametrize("line", STATES)
+def test_each_stating_line_states_a_fact(line):
+    parser = MegatronParser()
+    parser.feed(line)
+    assert parser.facts and facts.may_state(line)  # the property above is about lines that do state something
+
+
+FIELD = st.builds("{}:{}|".format, st.sampled_from([" a", " b b", " c", "x"]), st.text("0123 .:|x", max_size=5))
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(st.builds("{}|{}{}".format, st.text("ab 1:", max_size=4), st.lists(FIELD, max_size=4).map("".join),
+                                st.sampled_from(["", " ", "x", "|"])), min_size=1, max_size=8))
+def test_lines_read_as_a_table_are_the_lines(lines):
+    """``columns.table``: every line, read back from the table, is the line; and a set of lines with the same
+    fields in the same order (each ``key:value|``, blanks after the last) is always read as one."""
+    from tprimat.logs import columns
+
+    table = columns.table(lines, 0)
+    if table is not None:
+        for i, line in enumerate(lines):
+            fields = "".join(f"{key}:{values[i]}|" for key, values in zip(table.keys, table.values))
+            assert line.startswith(f"{table.head[i]}|{fields}") and not line[len(table.head[i]) + 1 + len(fields):].strip()
+    fields = [line.split("|")[1:-1] for line in lines]
+    if all(line.split("|")[-1].strip() == "" for line in lines) and len(fields[0]) >= 1 and \
+            all([f.partition(":")[0] for f in row] == [f.partition(":")[0] for f in fields[0]] and
+                all(":" in f for f in row) for row in fields):
+        assert table is not None
 
 
 def test_workers_only_for_a_long_file_on_several_cores(monkeypatch):

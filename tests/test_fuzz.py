@@ -19,6 +19,7 @@ from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_parsed
 from tprimat.logs.parsers import PARSERS, Parsed, finished, parse_stream
 from tprimat.logs.stream import Step
+from tprimat.results.columns import columns_of
 from tprimat.results.result import read_result, validate_result
 
 LINES = [line for text in (MEGATRON, PRIMUS, NEMO, TITAN, DEEPSPEED, HF, RANKED, MEGATRON_DS, MLPERF, ARGS_DUMP,
@@ -234,15 +235,16 @@ def test_steps_held_as_columns_are_the_steps_given_in_order(rows, groups, as_chu
     """Steps added to ``StepColumns`` as parsed dicts or as column chunks (as ``parse_stream`` adds what parsers
     return) read back as the same steps, one by one and iterated, ordered by (repeat, step) as ``sorted``
     orders them; a printed name a step lacks reads as absent from it, and as None in its column."""
-    from tprimat.logs.stepcolumns import MISSING, OWN, StepColumns
+    from tprimat.logs.stepcolumns import MISSING, OWN, PerKey, StepColumns, per_key
 
     parts, start = [], 0
     for size, chunk in zip(groups + [len(rows)], as_chunk + [False] * (len(groups) + 1)):
         group, start = rows[start:start + size], start + size
-        if chunk and group:  # a chunk built from the steps' own columns, by hand
+        if chunk and group:  # a chunk built from the steps' own columns, by hand (a figure per key: per key)
             names = dict.fromkeys(name for r in group for name in r["reported"])
+            printed = {n: [r["reported"].get(n, MISSING) for r in group] for n in names}
             parts.append(StepColumns.of(len(group), {f: [r[f] for r in group] for f in OWN},
-                                        {n: [r["reported"].get(n, MISSING) for r in group] for n in names}))
+                                        {n: PerKey.of(v) if per_key(v) else v for n, v in printed.items()}))
         else:
             parts += group
     steps = StepColumns()
@@ -253,3 +255,4 @@ def test_steps_held_as_columns_are_the_steps_given_in_order(rows, groups, as_chu
     assert [steps[i] for i in range(len(steps))] == expected and steps == expected
     for name in ("tflops_per_gpu", "step_time_s_by_rank"):
         assert steps.printed(name) == [r["reported"].get(name) for r in expected]
+    assert columns_of(steps) == columns_of(expected)  # the result file's columns, as from the steps one by one

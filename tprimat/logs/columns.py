@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from array import array
 from itertools import repeat
-from operator import methodcaller
 from typing import Callable, NamedTuple, Optional
 
 Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
@@ -31,12 +30,15 @@ def table(lines: list[str], min_chars: int) -> Optional[Table]:
     if not lines or min(map(len, lines)) < min_chars:
         return None
     bars = lines[0].count("|")
-    if bars < 2 or set(map(methodcaller("count", "|"), lines)) != {bars}:
+    if bars < 2:
         return None
-    # one split of the lines joined by "\n|": each line gives bars + 1 texts, the last one its tail and "\n"
+    # one split of the lines joined by "\n|": each line gives its bars + 1 texts, the last one its tail and "\n"
     texts = "\n|".join(lines).split("|")
     width = bars + 1
-    if "".join(texts[bars::width]).strip():
+    tails = "".join(texts[bars::width])
+    # every line has ``bars`` bars exactly when there are that many texts and the n - 1 texts holding a line end
+    # (no line holds one) are all tails
+    if len(texts) != width * len(lines) or tails.count("\n") != len(lines) - 1 or tails.strip():
         return None
     keys, values = [], []
     for j in range(1, bars):

@@ -68,6 +68,17 @@ def state(facts: Facts, key: str, value, where: str) -> None:
     facts[key] = (value, where)
 
 
+# What a line holds where ``read_line`` can state a fact from it, or ``clean`` a world size from its prefix
+# (Primus's ``[rank-N/W]``): a text without any of them states nothing, however it is read.
+STATING = (" ...", "torchrun", "torch.distributed.run", "TransformerModelArgs(", "[rank-",
+           *(f"{name}: " for name in ARGUMENTS))
+
+
+def may_state(text: str) -> bool:
+    """Whether lines may state a fact (False: they state none; a cheap test of their raw text)."""
+    return any(word in text for word in STATING)
+
+
 def read_line(text: str, facts: Facts) -> None:
     """Facts stated by one cleaned line (cheap substring tests first: most lines state nothing)."""
     if " ..." in text:

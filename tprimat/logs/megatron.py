@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple, Optional
 
-from tprimat.logs import columns
+from tprimat.logs import columns, facts
 from tprimat.logs.clean import Line, count, number
 from tprimat.logs.stepcolumns import StepColumns
 from tprimat.logs.stream import BLOCK_TRIGGERS, Step, StreamParser, new_step
@@ -38,6 +38,12 @@ TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megat
 HEAD_STEPS = re.compile(r"iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*$", re.M)  # at a word start: ``word_start``
 HEAD_LABELS = re.compile(r"^(?:[ \t]*(\d{1,9}):[ \t]+(?!\[rank|\[\d{8} |\(|\d|\s))?", re.M)
 LABEL_LOOKS_AHEAD = 10  # characters past a label that ``HEAD_LABELS`` reads (its longest exclusion, "[" 8 digits " ")
+# A text's start that decides what ``HEAD_LABELS`` reads of it, whatever follows: a character that ends the match
+# before or at its colon, or a colon, blanks and the ``LABEL_LOOKS_AHEAD`` characters the rule looks at after them
+LABEL_DECIDED = re.compile(r"[ \t]*(?:[^ \t\d]|\d{10}|\d{1,9}(?:[^:\d]|:(?:[^ \t]|[ \t]+[^ \t].{%d})))"
+                           % (LABEL_LOOKS_AHEAD - 1), re.S)
+LABEL_WIDER = 3  # a line's start read as its label: room for labels up to this many characters wider than the first
+DISTINCT_STARTS = 64  # more distinct line starts than this (a clock in them): each line is searched
 ELAPSED = "elapsed time per iteration (ms)"
 
 
@@ -58,7 +64,8 @@ class TableBlock(NamedTuple):
     heads: Optional[tuple]  # the step lines' texts before their first "|" when a line has no label (the parser
     # reads the rank from its prefix: ``StreamParser.prefix_rank``); else None
     fields: TableFields
-    others: list  # the block's lines that state no step
+    others: list  # the block's lines that state no step but may state a fact
+    quiet: int  # the block's lines that state nothing (only counted)
 
 
 WORD_CHAR = re.compile(r"\w")
@@ -121,21 +128,28 @@ def read_table(block: str) -> Optional[TableBlock]:
     unread = "\n".join([head_text, *table.keys, *unread_texts, *others])
     if any(word in unread for word in BLOCK_TRIGGERS):
         return None
-    labels = head_labels(table.head, head_text)
-    if all(labels):
-        return TableBlock(keys, totals, list(map(int, labels)), None, fields, others)
-    return TableBlock(keys, totals, [int(label) if label else None for label in labels], table.head, fields, others)
+    quiet = 0
+    if others and not facts.may_state("\n".join(others)):  # nothing for the parser to read in them
+        quiet, others = len(others), []
+    ranks = head_ranks(table.head, head_text)
+    return TableBlock(keys, totals, ranks, None if None not in ranks else table.head, fields, others, quiet)
 
 
-def head_labels(heads: tuple, head_text: str) -> list[str]:
-    """Each step line's srun label as ``HEAD_LABELS`` reads it ("" when none). When every line starts as the
-    first does, up to and past its label as far as the rule reads (a single rank's log), it is that label for
-    every line, without a search of each line."""
+def head_ranks(heads: tuple, head_text: str) -> list:
+    """Each step line's rank from its srun label as ``HEAD_LABELS`` reads it (None when none). The rule reads
+    at most ``LABEL_LOOKS_AHEAD`` characters past a label: where the lines start with a few distinct texts that
+    long (the labels of a few ranks, then a date), each distinct start is read once and every line takes its
+    start's rank; else every line is searched."""
     first = HEAD_LABELS.match(heads[0])
-    look = first.end() + LABEL_LOOKS_AHEAD
-    if first.group(1) and len(heads[0]) >= look and head_text.count("\n" + heads[0][:look]) == len(heads) - 1:
-        return [first.group(1)] * len(heads)
-    return HEAD_LABELS.findall(head_text)
+    width = first.end() + LABEL_LOOKS_AHEAD + LABEL_WIDER
+    starts = list(map(itemgetter(slice(0, width)), heads))
+    rank_of = {}
+    for start in dict.fromkeys(starts):
+        if len(rank_of) == DISTINCT_STARTS or not LABEL_DECIDED.match(start):  # (a line's end decides: searched)
+            return [int(label) if label else None for label in HEAD_LABELS.findall(head_text)]
+        label = HEAD_LABELS.match(start).group(1)  # as much of the line as the rule reads
+        rank_of[start] = int(label) if label else None
+    return list(map(rank_of.__getitem__, starts))
 
 
 def table_fields(table: columns.Table) -> Optional[tuple[TableFields, list]]:
@@ -206,7 +220,7 @@ class MegatronParser(StreamParser):
     def offer_table(self, table: "TableBlock") -> list[Step]:
         for line in table.others:  # they state no step (a fact, at most): read as ever
             self.feed(line)
-        self.lines += len(table.keys)
+        self.lines += len(table.keys) + table.quiet
         ranks = table.ranks if table.heads is None else \
             [self.prefix_rank(text.rpartition("iteration")[0]) if rank is None else rank
              for rank, text in zip(table.ranks, table.heads)]

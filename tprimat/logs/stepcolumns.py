@@ -4,7 +4,8 @@ A 300k-step log read into one dict per step holds about 1 KB of Python objects p
 spends on it; held as columns (one list per step field and per printed name) it holds a pointer per value,
 numbers shared where the log repeats them. ``StepColumns`` is a sequence of steps all the same: ``steps[i]``
 and iteration build step ``i`` as the parser's own ``Step`` (equal to the step the line-by-line path gives),
-while the summary and the result file read whole columns (``column``, ``printed``).
+while the summary and the result file read whole columns (``column``, ``printed``, ``stored``). A figure printed
+per key (``step_time_s_by_rank``) is held as one column per key (``PerKey``), not as a dict per step.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from itertools import repeat
 from operator import itemgetter
 from typing import AbstractSet, Iterable, Optional
 
+from tprimat.logs.perkey import MISSING, PerKey
 from tprimat.logs.stream import STEP_FIELDS, Step
 
 OWN = tuple(name for name in STEP_FIELDS if name != "reported")
 ITER_BLOCK = 4096  # steps built at a time when iterating
-MISSING = object()  # in a printed column: the step did not print this name (None: it printed no number)
 
 
 class StepColumns:
@@ -44,6 +45,16 @@ class StepColumns:
     def _extend_printed(self, count: int, reported: dict, gaps: Optional[AbstractSet[str]]) -> None:
         for name, values in reported.items():
             column = self.reported.get(name)
+            if isinstance(column, PerKey) and not isinstance(values, PerKey):
+                if per_key(values):
+                    values = PerKey.of(values)
+                else:  # a figure per key on some steps only: each step's value in one column
+                    column = self.reported[name] = column.rows(slice(None)) if column else [MISSING] * self.count
+            if isinstance(values, PerKey):
+                if column is None or isinstance(column, PerKey):
+                    self._extend_per_key(name, count, values, None if gaps is None else name in gaps)
+                    continue
+                values = values.rows(slice(None))
             if column is None:
                 column = self.reported[name] = [MISSING] * self.count
                 if self.count:
@@ -52,8 +63,27 @@ class StepColumns:
             if (MISSING in values) if gaps is None else (name in gaps):
                 self.gaps.add(name)
         for name in self.reported.keys() - reported.keys():
-            self.reported[name].extend(repeat(MISSING, count))
+            column = self.reported[name]
+            for each in column.values() if isinstance(column, PerKey) else (column,):
+                each.extend(repeat(MISSING, count))
             self.gaps.add(name)
+
+    def _extend_per_key(self, name: str, count: int, values: PerKey, gapped: Optional[bool]) -> None:
+        """A figure printed per key, its columns extended by ``values``'s; ``gapped``: whether ``values`` lacks a
+        key on some step, when known."""
+        column = self.reported.get(name)
+        if column is None:
+            column = self.reported[name] = PerKey()
+            if self.count:
+                self.gaps.add(name)
+        for key in column.keys() | values.keys():
+            mine = column.get(key)
+            if mine is None:
+                mine = column[key] = [MISSING] * self.count
+            given = values.get(key)
+            mine.extend(given if given is not None else repeat(MISSING, count))
+            if given is None or (MISSING in given if gapped is None else gapped):
+                self.gaps.add(name)
 
     def add(self, parts: Iterable) -> None:
         """What a parser returned, in order: parsed steps (dicts) and ``StepColumns`` chunks."""
@@ -73,6 +103,9 @@ class StepColumns:
         own = {name: [row.get(name, DEFAULTS[name]) for row in rows] for name in OWN}
         names = dict.fromkeys(name for row in rows for name in (row.get("reported") or ()))
         reported = {name: [(row.get("reported") or {}).get(name, MISSING) for row in rows] for name in names}
+        for name, values in reported.items():  # a figure printed per key: a column per key
+            if per_key(values):
+                reported[name] = PerKey.of(values)
         self.extend(len(rows), own, reported)
 
     def sort(self) -> None:
@@ -85,9 +118,10 @@ class StepColumns:
             return
         order = sorted(range(self.count), key=keys.__getitem__)
         pick = itemgetter(*order) if self.count > 1 else (lambda column: tuple(column))
-        for columns in (self.own, self.reported):
+        for columns in (self.own, self.reported, *(c for c in self.reported.values() if isinstance(c, PerKey))):
             for name, column in columns.items():
-                columns[name] = list(pick(column))
+                if not isinstance(column, PerKey):
+                    columns[name] = list(pick(column))
 
     # ------------------------------------------------------------------ reading
     def column(self, name: str) -> list:
@@ -101,7 +135,19 @@ class StepColumns:
         column = self.reported.get(name)
         if column is None:
             return [None] * self.count
+        if isinstance(column, PerKey):
+            column = column.rows(slice(None))
         return [None if v is MISSING else v for v in column] if name in self.gaps else column
+
+    def stored(self, name: str):
+        """What every step printed for ``name`` as the result file holds it (``tprimat.results.columns``): a list
+        (None: not printed), or for a figure printed per key an object of such lists, one per key."""
+        column = self.reported.get(name)
+        if not isinstance(column, PerKey):
+            return self.printed(name)
+        if name not in self.gaps:
+            return dict(column)
+        return {key: [None if v is MISSING else v for v in values] for key, values in column.items()}
 
     def names(self) -> list[str]:
         return list(self.reported)
@@ -117,8 +163,9 @@ class StepColumns:
         if not 0 <= index < self.count:
             raise IndexError(f"step {index} of {self.count}")
         step = Step(zip(OWN, (self.own[name][index] for name in OWN)))
-        step["reported"] = {name: column[index] for name, column in self.reported.items()
-                            if column[index] is not MISSING}
+        printed = ((name, column.at(index) if isinstance(column, PerKey) else column[index])
+                   for name, column in self.reported.items())
+        step["reported"] = {name: value for name, value in printed if value is not MISSING}
         return step
 
     def __iter__(self):
@@ -127,7 +174,9 @@ class StepColumns:
         for start in range(0, self.count, ITER_BLOCK):
             rows = slice(start, start + ITER_BLOCK)
             steps = map(Step, map(zip, repeat(OWN), zip(*(self.own[name][rows] for name in OWN))))
-            printed = zip(*(self.reported[name][rows] for name in names)) if names else repeat((), len(range(self.count)[rows]))
+            columns = (column.rows(rows) if isinstance(column, PerKey) else column[rows]
+                       for column in map(self.reported.__getitem__, names))
+            printed = zip(*columns) if names else repeat((), len(range(self.count)[rows]))
             for step, values in zip(steps, printed):
                 step["reported"] = dict(zip(names, values)) if not self.gaps else \
                     {name: v for name, v in zip(names, values) if v is not MISSING}
@@ -146,6 +195,12 @@ class StepColumns:
         chunk = cls()
         chunk.extend(count, own, reported, gaps)
         return chunk
+
+
+def per_key(values: list) -> bool:
+    """Whether each step's value is a figure per key (a dict of one or more keys), where it has one."""
+    present = [v for v in values if v is not MISSING]
+    return bool(present) and all(type(v) is dict and v for v in present)
 
 
 DEFAULTS = {"step": None, "step_time_s": None, "tokens": None, "loss": None, "lr": None, "grad_norm": None,

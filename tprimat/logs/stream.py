@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import operator
 import re
-from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable, Optional
 
 from tprimat.logs import facts as facts_mod
 from tprimat.logs.clean import PLAIN_LABEL, Line, clean
+from tprimat.logs.perkey import PerKey
 
 if TYPE_CHECKING:
     from tprimat.logs.stepcolumns import StepColumns
@@ -216,9 +216,8 @@ class StreamParser:
                 if 0 in ranks[start + 1:start + period] and ranks[start] not in (None, 0) else 0
             built = many(slice(start + primary, stop, period))
             if period > 1:
-                names = [str(rank) for rank in ranks[start:start + period]]
-                by_rank = map(dict, map(zip, repeat(names), zip(*(times[start + j:stop:period] for j in range(period)))))
-                built.reported["step_time_s_by_rank"] = list(by_rank)  # one more printed column
+                built.reported["step_time_s_by_rank"] = PerKey(  # one more printed column, one per rank
+                    (str(rank), times[start + j:stop:period]) for j, rank in enumerate(ranks[start:start + period]))
             self.seen.update(keys[start:stop:period])
             steps.append(built)
             start = stop

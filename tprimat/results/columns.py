@@ -25,8 +25,8 @@ EMPTY: dict = {}
 
 def columns_of(steps) -> dict:
     """Step rows (or steps already held as columns: ``StepColumns``) -> the columnar JSON form."""
-    if isinstance(steps, StepColumns):  # its own columns, as held
-        return _stored(len(steps), steps.column, steps.names(), steps.printed)
+    if isinstance(steps, StepColumns):  # its own columns, as held (a figure per key: its columns per key)
+        return _stored(len(steps), steps.column, steps.names() if len(steps) else None, steps.stored)
     printed = list(map(methodcaller("get", "reported"), steps))
     if all(p is None for p in printed):
         return _stored(len(steps), lambda name: list(map(methodcaller("get", name), steps)), None, None)
@@ -47,7 +47,9 @@ def _stored(count: int, field, names, printed) -> dict:
     for name in names:
         column = printed(name)
         # a figure per key (its values objects or null): one array per key; a number first rules that out at once
-        if column and type(column[0]) in (dict, type(None)) and dict in set(map(type, column)) <= {dict, type(None)}:
+        if isinstance(column, dict):  # already so held
+            reported[name] = column
+        elif column and type(column[0]) in (dict, type(None)) and dict in set(map(type, column)) <= {dict, type(None)}:
             each = [v if v is not None else EMPTY for v in column]
             reported[name] = {key: list(map(methodcaller("get", key), each))
                               for key in dict.fromkeys(chain.from_iterable(each))}
