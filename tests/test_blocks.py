@@ -5,6 +5,7 @@ speed."""
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import subprocess
@@ -20,7 +21,7 @@ from tprimat.compose import compose
 from tprimat.ingest.build import Meta, ingest_file
 from tprimat.logs import blocks, facts, parsers
 from tprimat.logs.blocks import file_blocks, with_tables, workers_for
-from tprimat.logs.columns import Shared, integers, numbers
+from tprimat.logs.columns import Shared, all_finite, integers, numbers
 from tprimat.logs.megatron import HEAD_LABELS, MegatronParser, current_and_average, head_ranks, read_table
 from tprimat.logs.parsers import PARSERS, parse_file, parse_stream
 from tprimat.logs.stream import UNREAD
@@ -178,6 +179,11 @@ def test_lines_read_as_a_table_are_the_lines(lines):
             all([f.partition(":")[0] for f in row] == [f.partition(":")[0] for f in fields[0]] and
                 all(":" in f for f in row) for row in fields):
         assert table is not None
+
+
+@given(st.lists(st.floats() | st.sampled_from([1e308, -1e308, math.inf, -math.inf, math.nan]), max_size=6))
+def test_all_finite_is_each_value_finite(values):
+    assert all_finite(values) == all(map(math.isfinite, values))  # a sum that overflows looks at each value
 
 
 def test_workers_only_for_a_long_file_on_several_cores(monkeypatch):

@@ -303,6 +303,27 @@ def test_the_step_time_std_is_statistics_stdev(times):
     assert sample_std([times[0]] * len(times)) == 0.0
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-10**6, 10**6), min_size=1, max_size=60),
+       st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=60, max_size=60))
+def test_the_long_column_median_is_statistics_median(values, times):
+    """The median a long step column takes by numpy's partition is exactly ``statistics.median``: the middle
+    value, or the mean of the two middle ones; and a median of ratios, exactly that of Python's own divisions."""
+    import operator
+    import statistics
+
+    import numpy as np
+
+    from tprimat.results import metrics
+
+    assert metrics.partition_median(np.asarray(values, dtype=float)) == statistics.median(map(float, values))
+    ratios = statistics.median(map(operator.truediv, values, times))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metrics, "NUMPY_MEDIAN_MIN", 1)  # the numpy path on a short column
+        assert metrics.median_ratio(values, times[:len(values)]) == ratios
+        assert metrics.median(values) == statistics.median(map(float, values))
+
+
 def test_a_log_without_tokens_still_shows_its_printed_step_times_and_memory():
     """A log that states no sequence length has no throughput of tprimat's own, but the step times and the peak
     memory it prints are measurements all the same: the group shows them (past warm-up), not n/a."""

@@ -15,7 +15,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import truediv
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -24,7 +23,7 @@ from tprimat.ingest.stated import Stated
 from tprimat.logs.parsers import DETECT_BYTES, Parsed, detect, parse_file, parse_lines
 from tprimat.logs.stepcolumns import StepColumns
 from tprimat.logs.stream import Step
-from tprimat.results.metrics import Columns, median, summarize
+from tprimat.results.metrics import Columns, median, median_ratio, summarize
 from tprimat.results.records import StepRecord, as_record, complete_step, complete_uniform
 from tprimat.results.result import make_result, new_run_id
 from tprimat.spec import flops
@@ -187,7 +186,7 @@ def infer_convention(fmt: str, records: list[StepRecord], st: Stated, world: Opt
         printed, times, tokens = (list(compress(column, paired)) for column in (printed, times, tokens))
     reported = median(printed)
     # the median commutes with a positive scale
-    tokens_per_s = median(map(truediv, tokens, times))
+    tokens_per_s = median_ratio(tokens, times)
     model, seq = model_conf(st), st.spec["training"]["seq_length"]
     convention = "unknown (the model, sequence length or world size is not stated)"
     if model and seq and world:

@@ -100,16 +100,15 @@ def current_and_average(text: str) -> tuple[Optional[float], Optional[float]]:
 def read_table(block: str) -> Optional[TableBlock]:
     """A block of uniform iteration lines, and lines that state no step, read as a table
     (``tprimat.logs.columns``): the same steps, offered by ``MegatronParser.offer_table``, as line by line; None
-    when it is no such table, or when a text it would not read as a number holds a fact, a failure or a memory
-    report (those blocks, and consumed-token counts, are read line by line). A function of the block alone:
-    ``parse_file`` runs it in worker processes."""
-    if "memory (MB)" in block or TOKENS in block:
-        return None
+    when it is no such table, or when a text it would not read as a number holds a fact or a failure (those
+    blocks, and consumed-token counts, are read line by line). A memory report ("(after N iterations) memory
+    (MB)") is a line with "iteration" whose text before its first "|" states no step: a block holding one is no
+    such table. A function of the block alone: ``parse_file`` runs it in worker processes."""
     lines = block.split("\n")
     lines.pop()  # a block ends at a line end
     stepping = [line for line in lines if "iteration" in line]
     table = columns.table(stepping, SHORT_LINE)
-    if table is None:
+    if table is None or any(key.strip() == TOKENS for key in table.keys):
         return None
     head_text = "\n".join(table.head)
     heads = HEAD_STEPS.findall(head_text)

@@ -50,7 +50,25 @@ def median(values: Iterable[float]) -> float:
     values = values if isinstance(values, (list, tuple)) else list(values)
     if len(values) < NUMPY_MEDIAN_MIN:
         return statistics.median(values)
-    return float(np.median(np.asarray(values, dtype=float)))
+    return partition_median(np.asarray(values, dtype=float))
+
+
+def median_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median of the ratios of two columns of numbers, each ratio as Python divides it (a long column
+    divided by numpy: the same IEEE division)."""
+    if len(numerators) < NUMPY_MEDIAN_MIN:
+        return median(list(map(operator.truediv, numerators, denominators)))
+    return partition_median(np.asarray(numerators, dtype=float) / np.asarray(denominators, dtype=float))
+
+
+def partition_median(array: np.ndarray) -> float:
+    """``statistics.median`` of an array of numbers (no NaN) by numpy's partition: the middle value, or the mean
+    of the two middle ones (``np.median`` does the same, after a NaN check that imports ``numpy.ma``)."""
+    middle = len(array) // 2
+    if len(array) % 2:
+        return float(np.partition(array, middle)[middle])
+    low, high = np.partition(array, (middle - 1, middle))[middle - 1:middle + 1]
+    return (float(low) + float(high)) / 2
 
 
 def sample_std(values: Sequence[float]) -> float:
@@ -158,21 +176,30 @@ class Columns:
     def where(self, keep: Iterable) -> "Columns":
         """The records whose ``keep`` is true: one run of them (the steps after a warm-up) sliced out of each
         column, any others picked."""
+        if isinstance(keep, (list, tuple)) and all(keep):  # a column with a value on every record: a C-level look
+            return self
         keep = list(map(bool, keep))
         count = keep.count(True)
         if count == len(keep):
             return self
         first = keep.index(True) if count else 0
         if keep[first:first + count].count(True) == count:
-            rows = slice(first, first + count)
-            return Columns(lambda name: getattr(self, name)[rows], lambda name: self.printed(name)[rows], count,
-                           self.names)
+            return self.sliced(slice(first, first + count))
         return Columns(lambda name: compress(getattr(self, name), keep),
                        lambda name: compress(self.printed(name), keep), count, self.names)
 
     def kept(self) -> "Columns":
         """The records that are not warm-up."""
-        return self.where(map(operator.not_, self.warmup))
+        warmup = self.warmup
+        first = warmup.count(True)
+        if isinstance(warmup, (list, tuple)) and not any(warmup[first:]):  # the warm-up steps first: one slice
+            return self.sliced(slice(first, len(warmup))) if first else self
+        return self.where(map(operator.not_, warmup))
+
+    def sliced(self, rows: slice) -> "Columns":
+        """The records ``rows`` (a slice of step 1)."""
+        return Columns(lambda name: getattr(self, name)[rows], lambda name: self.printed(name)[rows],
+                       len(range(self.count)[rows]), self.names)
 
 
 def held(values: Iterable) -> Sequence:
