@@ -186,6 +186,28 @@ def test_all_finite_is_each_value_finite(values):
     assert all_finite(values) == all(map(math.isfinite, values))  # a sum that overflows looks at each value
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "update", "none_of"]), st.integers(0, 60), st.integers(0, 12),
+                          st.integers(1, 3)), max_size=30), st.lists(st.integers(-5, 80), max_size=10))
+def test_seen_steps_are_a_set_of_them(operations, probes):
+    """``Seen`` holds a table's consecutive step numbers as ranges; read as a set (``in``, ``len``, whether none
+    of some increasing numbers is in it), it is the set of every step number given to it."""
+    from tprimat.logs.stream import Seen
+
+    seen, expected = Seen(), set()
+    for operation, start, count, stride in operations:
+        keys = list(range(start, start + count * stride, stride))
+        if operation == "add":
+            seen.add(start)
+            expected.add(start)
+        elif operation == "update" and expected.isdisjoint(keys):  # as a parser updates it: new steps only
+            seen.update(keys)
+            expected.update(keys)
+        assert seen.none_of(keys) == expected.isdisjoint(keys)
+    assert len(seen) == len(expected) and [p in seen for p in probes] == [p in expected for p in probes]
+    assert all(k in seen for k in expected) and ("x", 1) not in seen
+
+
 def test_workers_only_for_a_long_file_on_several_cores(monkeypatch):
     block = 1 << 20
     assert workers_for(blocks.PARALLEL_MIN_BLOCKS * block - 1, block) == 0  # too short

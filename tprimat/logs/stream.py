@@ -13,6 +13,7 @@ Parsers never raise on bad input: a line they cannot read is skipped.
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 from operator import itemgetter
@@ -54,7 +55,7 @@ class StreamParser:
         self.extra: dict = {}  # format-specific run facts for the result's source section
         self.pending: Optional[Step] = None
         self.pending_rank: Optional[int] = None
-        self.seen: set = set()  # steps already emitted: a later re-print is dropped
+        self.seen = Seen()  # steps already emitted: a later re-print is dropped
         self.failure: list[str] = []
         self.lines = 0
 
@@ -218,7 +219,7 @@ class StreamParser:
             if period > 1:
                 built.reported["step_time_s_by_rank"] = PerKey(  # one more printed column, one per rank
                     (str(rank), times[start + j:stop:period]) for j, rank in enumerate(ranks[start:start + period]))
-            self.seen.update(keys[start:stop:period])
+            self.seen.update(keys[start:stop:period])  # increasing: consecutive ones held as one range
             steps.append(built)
             start = stop
         for i in range(start, n):
@@ -233,7 +234,7 @@ class StreamParser:
         firsts = keys[start:stop:period]
         count = len(firsts)
         held = None if self.pending is None else self.pending["step"]  # done before them: as seen
-        if not all(map(operator.lt, firsts, firsts[1:])) or not self.seen.isdisjoint(firsts) or held in firsts \
+        if not all(map(operator.lt, firsts, firsts[1:])) or not self.seen.none_of(firsts) or held in firsts \
                 or self.memory_held(firsts):
             return False
         if keys[stop] <= firsts[-1] or keys[stop] in self.seen or keys[stop] == held:  # it completes the last one
@@ -282,6 +283,51 @@ class StreamParser:
                 self.failure.append(text)
         elif any(word in text for word in FAILURE_WORDS) or ("xited with" in text and NONZERO_EXIT.search(text)):
             self.failure.append(text)
+
+
+class Seen:
+    """The keys of the steps a parser has emitted, as a set holds them (``in``, ``add``, ``len``), except that a
+    table's run of consecutive step numbers is held as one range (a long log: 300k steps, not a set of them)."""
+
+    def __init__(self) -> None:
+        self.single: set = set()
+        self.starts: list[int] = []  # each range's first step, in order
+        self.ranges: list[range] = []
+
+    def __contains__(self, key) -> bool:
+        if key in self.single:
+            return True
+        if not self.ranges or type(key) is not int:
+            return False
+        i = bisect.bisect_right(self.starts, key) - 1
+        return i >= 0 and key in self.ranges[i]
+
+    def __len__(self) -> int:
+        return len(self.single) + sum(map(len, self.ranges))
+
+    def add(self, key) -> None:
+        if key not in self:
+            self.single.add(key)
+
+    def update(self, keys: list[int]) -> None:
+        """New step numbers, increasing (a table's steps: ``none_of`` them seen)."""
+        if len(keys) > 1 and keys[-1] - keys[0] == len(keys) - 1 and set(map(type, keys[:1])) == {int}:
+            i = bisect.bisect_left(self.starts, keys[0])
+            self.starts.insert(i, keys[0])
+            self.ranges.insert(i, range(keys[0], keys[-1] + 1))
+        else:
+            self.single.update(keys)
+
+    def none_of(self, keys: list[int]) -> bool:
+        """Whether none of these step numbers (increasing) is seen."""
+        if not keys or not self.single.isdisjoint(keys):
+            return not keys
+        first = max(bisect.bisect_right(self.starts, keys[0]) - 1, 0)
+        for held in self.ranges[first:bisect.bisect_right(self.starts, keys[-1])]:  # those that may overlap them
+            j = bisect.bisect_left(keys, held.start)
+            if j < len(keys) and keys[j] < held.stop:
+                return False
+        return True
 
 
 STEP_FIELDS = ("step", "step_time_s", "tokens", "loss", "lr", "grad_norm", "memory_gib", "peak_memory_gib", "repeat",
