@@ -251,19 +251,28 @@ def test_a_long_log_ingests_alike_with_and_without_workers(tmp_path, monkeypatch
 
 
 INTERRUPTED = """
-import os, signal, sys
+import os, signal, sys, threading
 import psutil
 from tprimat.logs.blocks import file_blocks, with_tables
 from tprimat.logs.megatron import read_table
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive shell leaves it, even under nohup/&
+
+def once():  # true in the first process to ask, whichever worker it is
+    try:
+        os.close(os.open(sys.argv[2], os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
 def read(text):
-    if "iteration      200/" in text:
-        os.killpg(0, signal.SIGINT)  # Ctrl-C: the whole process group, the workers too
+    if "iteration        1/" not in text and once():  # a block after the first: the parse is under way
+        os.killpg(0, signal.SIGINT)  # one Ctrl-C: the whole process group, the workers too
     return read_table(text)
 
 try:
     for _ in with_tables(file_blocks(sys.argv[1], 2000), read, 2):
-        pass
+        threading.Event().wait(60)  # the parse waits here for the Ctrl-C, however slow the machine
     print("not interrupted")
 except KeyboardInterrupt:
     print("interrupted")
@@ -276,7 +285,7 @@ def test_ctrl_c_stops_the_parse_and_its_workers_quietly(tmp_path):
     traceback of theirs) and none is left behind."""
     path = tmp_path / "run.log"
     path.write_text(long_log(1000))
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED, str(path)], capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED, str(path), str(tmp_path / "signalled")], capture_output=True, text=True, timeout=120,
                           start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.split() == ["interrupted", "0"], done.stderr
     assert "Traceback" not in done.stderr

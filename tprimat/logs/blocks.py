@@ -92,14 +92,14 @@ def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], work
     context = multiprocessing.get_context("fork")
     pipes: list = []
     processes = []
-    for k in range(workers):
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_serve, args=(read, blocks[k::workers], send), daemon=True)
-        process.start()
-        send.close()  # the worker's end: its exit closes the pipe, and a lost worker reads as EOF
-        pipes.append(receive)
-        processes.append(process)
-    try:
+    try:  # from the first fork: an interrupt while the workers start stops those already started
+        for k in range(workers):
+            receive, send = context.Pipe(duplex=False)
+            pipes.append(receive)
+            process = context.Process(target=_serve, args=(read, blocks[k::workers], send), daemon=True)
+            processes.append(process)
+            process.start()
+            send.close()  # the worker's end: its exit closes the pipe, and a lost worker reads as EOF
         for i, block in enumerate(blocks):
             table, pipe = UNREAD, pipes[i % workers]
             if pipe is not None:
@@ -109,10 +109,13 @@ def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], work
                     pipes[i % workers] = None
             yield block, table
     finally:
-        for process, pipe in zip(processes, pipes):
+        for process in processes:
+            if process.pid is None:  # interrupted before it started
+                continue
             if process.is_alive():
                 process.kill()  # the parse stopped early: a worker waiting to send is not waited for
             process.join()
+        for pipe in pipes:
             if pipe is not None:
                 pipe.close()
 
