@@ -103,8 +103,27 @@ def test_methodologies_set_precision_and_parallelism():
     tuned = compose_config(["platform=nvidia", "methodology=maximum_performance"])
     same = compose_config(["platform=nvidia", "methodology=identical_config"])
     assert tuned.parallelism.fsdp is True and tuned.training.activation_checkpointing == "selective"
-    assert same.parallelism.fsdp is False and same.training.activation_checkpointing == "none"
-    assert same.training.precision == "bf16"
+    # identical_config: one layout everywhere, the model state sharded as each framework shards it
+    assert same.parallelism.fsdp is True and same.training.activation_checkpointing == "selective"
+    assert same.training.precision == "bf16" and same.parallelism.tp == 1 and same.parallelism.zero_stage == 0
+    ds = compose_config(["platform=nvidia", "methodology=identical_config", "framework=deepspeed"])
+    assert ds.parallelism.fsdp is False and ds.parallelism.zero_stage == 3
+    trainer = compose_config(["platform=nvidia", "methodology=identical_config", "framework=transformers"])
+    assert trainer.training.activation_checkpointing == "full"  # the Trainer recomputes whole layers or none
+
+
+def test_maximum_performance_takes_the_frameworks_published_recipe():
+    """NeMo 24.07's published 8 x H100 Llama 3 8B run (FP8, CP 2) and Primus's MI300X config (TP 1, bf16, the
+    distributed optimizer) are what maximum_performance composes for those frameworks on those GPUs; with no GPU
+    named, the platform's tuned settings."""
+    nemo = compose_config(["platform=nvidia", "platform.gpu=h100", "model=llama", "framework=nemo"])
+    assert (nemo.training.precision, nemo.parallelism.cp, nemo.parallelism.tp) == ("fp8", 2, 1)
+    assert nemo.training.grad_reduce_in_fp32 is False and nemo.parallelism.zero_stage == 1
+    primus = compose_config(["platform=amd", "platform.gpu=mi300x", "model=llama", "framework=primus"])
+    assert (primus.training.precision, primus.parallelism.tp, primus.parallelism.zero_stage) == ("bf16", 1, 1)
+    assert primus.training.activation_checkpointing == "none"
+    unnamed = compose_config(["platform=nvidia", "model=llama", "framework=nemo"])
+    assert unnamed.training.precision == "bf16" and unnamed.parallelism.cp == 1
 
 
 def test_unknown_key_in_a_yaml_file_is_rejected(tmp_path):

@@ -389,7 +389,7 @@ def test_megatron_deepspeed_run_writes_its_dataset_streams_and_audits(tmp_path, 
 
 def test_audit_passes_when_the_framework_ran_the_spec():
     spec, _ = spec_plan(["framework=megatron", "platform=nvidia", "platform.gpu=h100", "model=llama",
-                         "training.micro_batch_size=2"])
+                         "training.micro_batch_size=2", "training.precision=bf16", "parallelism.cp=1"])
     result = audit(spec, ARGS_DUMP.format(lr=spec.training.optimizer.lr), [])
     assert result["passed"] and {c["key"] for c in result["checks"]} >= {"lr", "min_lr", "warmup_steps", "beta2",
                                                                           "global_batch_size", "tp", "precision"}

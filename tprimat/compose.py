@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from tprimat.spec import recipes
 from tprimat.spec.schema import TprimatConf
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -44,12 +45,42 @@ def zero_stage_for(tuned_fsdp: bool, framework: str) -> int:
     return {"deepspeed": 3, "megatron": 1, "primus": 1, "nemo": 1, "megatron_deepspeed": 1}.get(framework, 0)
 
 
+SHARD_ALL_ZERO = {"deepspeed": 3, "megatron_deepspeed": 1}  # ZeRO-3; Megatron-DeepSpeed's pipeline engine: 0 or 1
+
+
+GPU_PLATFORMS = ("nvidia", "amd")  # platform=cpu / auto (a development run): no sharding, no recompute
+
+
+def shard_all_fsdp(framework: str, platform: str) -> bool:
+    """methodology=identical_config on a GPU platform: every framework shards the model state as fully as it can;
+    FSDP (FSDP2, or Megatron FSDP for Megatron-LM, Primus and NeMo) where it has it. The Transformers Trainer's
+    backend refuses it by name (plain DDP here)."""
+    return platform in GPU_PLATFORMS and framework not in SHARD_ALL_ZERO
+
+
+def shard_all_zero(framework: str, platform: str) -> int:
+    return SHARD_ALL_ZERO.get(framework, 0) if platform in GPU_PLATFORMS else 0
+
+
+def identical_recompute(framework: str, platform: str) -> str:
+    """identical_config on a GPU platform: selective recompute (the Trainer: full layers); none on a CPU."""
+    return recompute_for("selective", framework) if platform in GPU_PLATFORMS else "none"
+
+
 def recompute_for(tuned: str, framework: str) -> str:
     """The Hugging Face Trainer checkpoints every layer or none: its nearest to layer-selective is full."""
     return "full" if tuned == "selective" and framework == "transformers" else tuned
 
 
-RESOLVERS = {"tprimat.join": lambda items: ",".join(str(i) for i in items), "tprimat.fsdp": sharding_for,
+def tuned_for(key: str, framework: str, model: str, gpu, fallback):
+    """methodology=maximum_performance: the framework's published recipe for this model and GPU
+    (``tprimat.spec.recipes``), else the platform's tuned value."""
+    return recipes.tuned(key, framework, model, gpu, fallback)
+
+
+RESOLVERS = {"tprimat.tuned": tuned_for, "tprimat.shard_all_fsdp": shard_all_fsdp,
+             "tprimat.shard_all_zero": shard_all_zero, "tprimat.identical_recompute": identical_recompute,
+             "tprimat.join": lambda items: ",".join(str(i) for i in items), "tprimat.fsdp": sharding_for,
              "tprimat.zero_stage": zero_stage_for, "tprimat.recompute": recompute_for}
 
 

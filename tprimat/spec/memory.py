@@ -1,10 +1,15 @@
-"""Per-device memory estimate for training: weights, gradients, optimizer state, activations.
+"""Per-device memory estimate for training: weights, gradients, optimizer state, activations, per framework.
 
-An estimate for planning (will it fit?), not a measurement. Assumptions, stated so they can be checked:
-- Mixed precision keeps fp32 master weights. Frameworks with a bf16 model copy (Megatron-LM, NeMo, Primus)
-  hold 2 B/param weights + 4 B/param fp32 gradients + 12 B/param optimizer (master + Adam m, v); autocast
-  frameworks (native, transformers, DeepSpeed, torchtitan) hold fp32 weights (4) + fp32 grads (4) + Adam (8).
-- Sharding over dp: fsdp / ZeRO-3 shard all three; ZeRO-2 gradients and optimizer; ZeRO-1 the optimizer.
+An estimate for planning (will it fit?), not a measurement. What each framework keeps is data with its source
+(``tprimat.spec.keeps``: weights, gradient buffer and its dtype, master weights and Adam moments, the group the
+sharded state divides over, fp8 weight copies, which activation model applies). Assumptions, stated so they can
+be checked:
+- Sharding: fsdp (FSDP2, Megatron FSDP) / ZeRO-3 shard all three; ZeRO-2 gradients and optimizer; ZeRO-1 (Megatron's
+  distributed optimizer) the optimizer; over dp, or dp * cp where the framework's data-parallel group holds the
+  context-parallel ranks too (Megatron-core, torchtitan).
+- Megatron-core frameworks (Megatron-LM, NeMo, Primus, Megatron-DeepSpeed): ``megatron_activation_bytes`` below,
+  Korthikanti et al. 2022's tally with flash attention and a Llama-style layer; the loss term is Megatron-LM's own
+  (theoretical_memory_usage.py: 4 B per token per (hidden + vocab), sharded over tp).
 - Activations per token per layer follow the decoder's saved tensors with fused (flash / SDPA) attention:
   fp32 RMSNorm inputs and outputs (on the sequence shard under sequence parallelism), the normalised inputs of
   attention and FFN in the compute dtype (sequence parallelism all-gathers them to the full sequence before
@@ -30,13 +35,11 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tprimat.spec import flops
+from tprimat.spec import flops, keeps
 from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
 from tprimat.spec.schema import TprimatConf, ac_period, padded_vocab
 
 GIB = 2**30
-# bf16 weights, fp32 gradients and fp32 master weights + moments (Megatron-DeepSpeed: DeepSpeed's bf16 optimizer)
-BF16_MODEL_COPY_FRAMEWORKS = ("megatron", "nemo", "primus", "megatron_deepspeed")
 VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan", "megatron_deepspeed")  # logits
 # stay sharded over tp
 AUTOCAST_FRAMEWORKS = ("native",)  # bf16 autocast over fp32 weights without FSDP2
@@ -60,23 +63,69 @@ class MemoryEstimate:
                 "total_gib": self.total_gib}
 
 
-def state_bytes_per_param(spec: TprimatConf) -> tuple[float, float, float]:
-    if spec.training.precision != "fp32" and spec.framework.name in BF16_MODEL_COPY_FRAMEWORKS:
-        return 2.0, 4.0, 12.0
-    return 4.0, 4.0, 8.0
-
-
 def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimate:
-    par = spec.parallelism
+    par, keep = spec.parallelism, keeps.of(spec)
     params = heaviest_stage_params(spec.model, par.pp) / par.tp  # the stage that must fit (traced: plan --deep)
-    w, g, o = state_bytes_per_param(spec)
+    group = dp * (par.cp if keep.shards_over_cp else 1)
     stage = 3 if par.fsdp else par.zero_stage
-    w_shard = dp if stage >= 3 else 1
-    g_shard = dp if stage >= 2 else 1
-    o_shard = dp if stage >= 1 else 1
+    w_shard = group if stage >= 3 else 1
+    g_shard = group if stage >= 2 else 1
+    o_shard = group if stage >= 1 else 1
+    linear = stage_linear_params(spec) / par.tp
+    weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes
     overhead = 0.5 if spec.platform.name == "cpu" else 1.5
-    return MemoryEstimate(params * w / w_shard / GIB, params * g / g_shard / GIB, params * o / o_shard / GIB,
-                          activation_bytes(spec, grad_accum_steps) / GIB, overhead)
+    activations = (megatron_activation_bytes(spec, grad_accum_steps) if keep.activations == "megatron"
+                   else activation_bytes(spec, grad_accum_steps))
+    return MemoryEstimate(weights / GIB, params * keep.grad_bytes / g_shard / GIB,
+                          params * keep.optimizer_bytes / o_shard / GIB, activations / GIB, overhead)
+
+
+def stage_linear_params(spec: TprimatConf) -> float:
+    """The decoder layers' parameters on the heaviest stage (what fp8 GEMMs cast), norms included (negligible)."""
+    return flops.layer_params(spec.model) * spec.model.num_layers / spec.parallelism.pp
+
+
+def in_flight_micro_batches(spec: TprimatConf, grad_accum_steps: int) -> float:
+    """Micro batches whose activations the first pipeline stage holds at once: 1 without pipelining, pp under
+    1F1B (fewer when there are fewer micro batches), all of them under GPipe; an interleaved schedule (vp > 1)
+    holds 1 + (pp - 1) / (pp * vp) times 1F1B's (Megatron-LM theoretical_memory_usage.py)."""
+    par = spec.parallelism
+    if par.pp == 1:
+        return 1
+    if par.pp_schedule != "1f1b":
+        return grad_accum_steps
+    if par.vp > 1:
+        return par.pp * (1 + (par.pp - 1) / (par.pp * par.vp))
+    return min(par.pp, grad_accum_steps)
+
+
+def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float:
+    """Megatron-core's saved tensors per token of one layer (Korthikanti et al. 2022, Table 2, with flash attention
+    and a Llama-style layer; dropout off): the inputs of the two norms and of the two column-parallel GEMMs (QKV,
+    FC1; TE's fused norm+linear saves the norm output as the GEMM input), sharded over tp only under sequence
+    parallelism; q/k/v and the attention output (flash attention's saved tensors, the output also the projection's
+    input), the FC1 output and the activation's output (gated: gate and up, then their product), sharded over tp.
+    fp8 GEMMs save their inputs in fp8 (1 B). Selective recompute (core attention) saves nothing more with flash
+    attention; full recompute keeps each layer's input and rebuilds one layer at a time in the backward.
+    The loss: 4 B per token per (hidden + vocab), sharded over tp, on the last stage (theoretical_memory_usage.py)."""
+    d, par, tr = dims(spec.model), spec.parallelism, spec.training
+    half = 4 if tr.precision == "fp32" else 2
+    gemm_in = 1 if tr.precision == "fp8" else half
+    tokens = tr.micro_batch_size * tr.seq_length / par.cp
+    seq_shard = par.tp if par.sequence_parallel else 1
+    gated = spec.model.mlp == "swiglu"
+    replicated = 2 * d.hidden * half + 2 * d.hidden * gemm_in  # norm inputs; QKV and FC1 inputs
+    split = ((d.q_size + 2 * d.kv_size) * half + d.q_size * (half + (gemm_in if tr.precision == "fp8" else 0))
+             + d.ffn * (2 if gated else 1) * half + d.ffn * gemm_in)  # q/k/v, attention out, FC1 out, FC2 in
+    per_layer = tokens * (replicated / seq_shard + split / par.tp)
+    layers = d.layers / par.pp
+    recomputed = layers if tr.activation_checkpointing == "full" else 0
+    layer_input = tokens * d.hidden * half / seq_shard
+    per_micro = recomputed * layer_input + (layers - recomputed) * per_layer
+    loss = tokens * 4 * (d.hidden + d.vocab) / par.tp
+    rebuilt = per_layer if recomputed else 0.0
+    first = per_micro * in_flight_micro_batches(spec, grad_accum_steps) + rebuilt
+    return max(first, per_micro + rebuilt + loss) if par.pp > 1 else first + loss
 
 
 def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Optional[int] = None) -> float:
@@ -103,9 +152,7 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Option
     recomputed = recomputed_layers(spec, layers)
     per_micro = recomputed * input_only + (layers - recomputed) * full_layer
     if in_flight is None:
-        in_flight = 1
-        if par.pp > 1:
-            in_flight = min(par.pp, grad_accum_steps) if par.pp_schedule == "1f1b" else grad_accum_steps
+        in_flight = in_flight_micro_batches(spec, grad_accum_steps)
     # The backward's transient peak: the loss's logits at its start, or, later, one recomputed layer (its
     # activations and autocast weight copies), whichever is larger; the logits are freed before any recompute.
     layer_cache = flops.layer_params(spec.model) / par.tp * 2 if autocasts(spec) else 0.0

@@ -26,8 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tprimat.spec import flops, hardware
-from tprimat.spec.memory import state_bytes_per_param
+from tprimat.spec import flops, hardware, keeps
 from tprimat.spec.schema import TprimatConf, ac_period
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
@@ -201,7 +200,7 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     act_bytes = 4 if tr.precision == "fp32" else 2
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
     stage_params = flops.heaviest_stage_params(model, pp) / tp
-    grad_bytes = state_bytes_per_param(spec)[1]
+    grad_bytes = keeps.of(spec).grad_bytes
     dp_group = Group("dp", dp, tp * cp)
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
     kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp

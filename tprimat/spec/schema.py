@@ -140,6 +140,7 @@ class ParallelismConf(Freezable):
     fsdp: bool = False
     zero_stage: int = 0  # 0-3 (DeepSpeed ZeRO / Megatron distributed optimizer)
     pp_schedule: str = "1f1b"  # gpipe | 1f1b
+    vp: int = 1  # virtual pipeline stages per rank (Megatron's interleaved 1F1B); 1: not interleaved
 
 
 @dataclass
@@ -175,6 +176,9 @@ class TrainingConf(Freezable):
     activation_checkpointing: str = "none"  # none | full | selective
     ac_frequency: Any = 2  # selective: every k-th layer recomputed; an integer k or "1/k" (2 = every other layer)
     compile: bool = False
+    # Megatron-core frameworks: accumulate and reduce gradients in fp32 (their default) or bf16 (false: Megatron-LM
+    # --grad-reduce-in-bf16, NeMo / Megatron-Bridge grad_reduce_in_fp32=False, as NVIDIA's performance recipes run)
+    grad_reduce_in_fp32: bool = True
     compile_mode: str = "default"  # torch.compile mode: default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
     fp8: Fp8Conf = field(default_factory=Fp8Conf)
     seed: int = 1234

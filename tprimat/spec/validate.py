@@ -13,6 +13,7 @@ from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get,
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
+from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.plan import derived_dp, device_memory, world_size
 from tprimat.spec.schema import TprimatConf, ac_period
 
@@ -35,7 +36,7 @@ CHOICES = {
 DRY_RUN = (False, True, "deep")  # deep: also build the native layout in a fake world and trace its memory
 POSITIVE = (
     "platform.devices_per_node", "platform.nodes", "parallelism.tp", "parallelism.pp", "parallelism.cp",
-    "parallelism.dp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
+    "parallelism.dp", "parallelism.vp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
     "training.max_steps", "benchmark.repeats", "logging.log_every_steps", "model.num_layers",
     "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_kv_heads",
     "model.head_dim", "model.vocab_size", "model.max_position_embeddings", "model.vocab_pad_multiple",
@@ -145,6 +146,16 @@ def check_layout(spec: TprimatConf) -> list[str]:
     if par.fsdp and par.zero_stage:
         problems.append(f"parallelism.fsdp=true, parallelism.zero_stage={par.zero_stage}: choose one way to "
                         "shard (fsdp for native/torchtitan, zero_stage for DeepSpeed/Megatron)")
+    if par.vp > 1 and (par.pp == 1 or spec.model.num_layers % (par.pp * par.vp)):
+        problems.append(f"parallelism.vp={par.vp}, parallelism.pp={par.pp}, model.num_layers={spec.model.num_layers}: "
+                        "an interleaved schedule needs pp > 1 and num_layers divisible by pp * vp")
+    if par.vp > 1 and spec.framework.name not in MEGATRON_CORE:
+        problems.append(f"parallelism.vp={par.vp}, framework.name={spec.framework.name}: only the Megatron-core "
+                        f"frameworks ({', '.join(MEGATRON_CORE)}) interleave pipeline stages")
+    if not spec.training.grad_reduce_in_fp32 and spec.framework.name not in MEGATRON_CORE:
+        problems.append(f"training.grad_reduce_in_fp32=false, framework.name={spec.framework.name}: only the "
+                        f"Megatron-core frameworks ({', '.join(MEGATRON_CORE)}) reduce gradients in bf16; the others "
+                        "keep the gradients of their own weights")
     if par.sequence_parallel and par.tp == 1:
         problems.append("parallelism.sequence_parallel=true, parallelism.tp=1: sequence parallelism needs tp > 1")
     return problems

@@ -32,7 +32,11 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "adam_beta1": opt.beta1, "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip,
         "tensor_model_parallel_size": par.tp, "pipeline_model_parallel_size": par.pp,
         "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
-        "use_distributed_optimizer": True if par.zero_stage >= 1 else None,
+        "use_distributed_optimizer": True if par.zero_stage >= 1 or par.fsdp else None,
+        "use_megatron_fsdp": True if par.fsdp else None,
+        "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
+        "num_layers_per_virtual_pipeline_stage": m.num_layers // (par.pp * par.vp) if par.vp > 1 else None,
+        "grad_reduce_in_bf16": None if tr.grad_reduce_in_fp32 or tr.precision == "fp32" else True,
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
         "fp8_format": "hybrid" if tr.precision == "fp8" else None, **recompute,
         # the null tokenizer adds one id (its end of document) to --vocab-size: the model's vocabulary is the spec's

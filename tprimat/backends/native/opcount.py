@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tprimat.spec.memory import state_bytes_per_param
+from tprimat.spec import keeps
 from tprimat.spec.projection import OpCost, Work
 from tprimat.spec.schema import TprimatConf
 
@@ -85,7 +85,7 @@ def trace_work(spec: TprimatConf) -> Work:
     cfg, tr = spec.model, spec.training
     # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
     # policy, frameworks with a bf16 model copy)
-    autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and state_bytes_per_param(spec)[0] == 4
+    autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
     dtype = torch.float32 if tr.precision == "fp32" or autocast else torch.bfloat16
     cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
