@@ -286,6 +286,7 @@ def test_ctrl_c_stops_the_parse_and_its_workers_quietly(tmp_path):
     path = tmp_path / "run.log"
     path.write_text(long_log(1000))
     done = subprocess.run([sys.executable, "-c", INTERRUPTED, str(path), str(tmp_path / "signalled")],
-                          capture_output=True, text=True, timeout=120, start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
+                          capture_output=True, text=True, timeout=120, start_new_session=True,
+                          cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.split() == ["interrupted", "0"], done.stderr
     assert "Traceback" not in done.stderr
