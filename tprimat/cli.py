@@ -62,11 +62,40 @@ def plan(args) -> int:
     from tprimat.compose import Composer, expand
     from tprimat.sweep.plan import plan_sweep, print_points, write_csv
 
+    if args.best:
+        return plan_best(list(args.overrides))
+
     points = plan_sweep(expand(list(args.overrides)), Composer().compose, deep=args.deep)
     print_points(points)
     if args.out:
         print(f"wrote {write_csv(points, Path(args.out))}")
     return 0 if all(p.valid for p in points) else 2
+
+
+def plan_best(overrides: list[str]) -> int:
+    """Every layout that fits the model on the platform, fastest projected first (NeMo's auto-configurator's
+    question, answered from tprimat's own memory estimate and projection)."""
+    from tprimat.compose import compose
+    from tprimat.execute.fit import fitting
+    from tprimat.measure.devices import detect
+    from tprimat.spec.build import SpecError, build_spec
+
+    hw = detect()
+    try:
+        spec = build_spec(compose(overrides), hw)
+    except SpecError as exc:
+        print(exc.problems[0])
+        return 2
+    if spec.platform.name != "cpu" and spec.platform.gpu is None:
+        print("platform.gpu is null: name the device to plan against (platform.gpu=h100, mi300x, ...)")
+        return 2
+    fits = fitting(spec, hw)
+    print(f"{len(fits)} layouts of framework={spec.framework.name} fit {spec.model.name} on {spec.platform.devices_per_node}"
+          f" x {spec.platform.gpu or spec.platform.name} (micro_batch_size={spec.training.micro_batch_size}, "
+          f"seq_length={spec.training.seq_length}), fastest projected first:")
+    for rank, fit in enumerate(fits, 1):
+        print(f"{rank:3d}. {fit.text()}")
+    return 0 if fits else 1
 
 
 def project(args) -> int:
@@ -124,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan_parser = sub.add_parser("plan", help="validate and plan every point of a sweep without running it")
     plan_parser.add_argument("overrides", nargs="*", help="Hydra overrides with sweep syntax: parallelism.tp=1,2,4,8")
     plan_parser.add_argument("--out", help="CSV of every point (default: print only)")
+    plan_parser.add_argument("--best", action="store_true",
+                             help="list every layout (tp, pp, cp, sharding, recompute) that fits the one point the "
+                                  "overrides name, fastest projected first")
     plan_parser.add_argument("--deep", action="store_true",
                              help="native backend: build one rank of every pipeline stage of each layout for real, "
                                   "full size, in a fake world on this CPU (parameter, gradient and optimizer bytes)")

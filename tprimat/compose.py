@@ -78,7 +78,17 @@ def tuned_for(key: str, framework: str, model: str, gpu, fallback):
     return recipes.tuned(key, framework, model, gpu, fallback)
 
 
-RESOLVERS = {"tprimat.tuned": tuned_for, "tprimat.shard_all_fsdp": shard_all_fsdp,
+# experiment=seed_llama_qwen: (methodology, platform) -> (precision, tp), as the original toolkit ran them
+SEED_LAYOUTS = {("maximum_performance", "nvidia"): ("fp8", 4), ("maximum_performance", "amd"): ("bf16", 1),
+                ("identical_config", "nvidia"): ("bf16", 4), ("identical_config", "amd"): ("bf16", 4)}
+
+
+def seed_setting(key: str, methodology: str, platform: str):
+    precision, tp = SEED_LAYOUTS.get((methodology, platform), ("bf16", 4))
+    return {"precision": precision, "tp": tp}[key]
+
+
+RESOLVERS = {"tprimat.tuned": tuned_for, "tprimat.seed": seed_setting, "tprimat.shard_all_fsdp": shard_all_fsdp,
              "tprimat.shard_all_zero": shard_all_zero, "tprimat.identical_recompute": identical_recompute,
              "tprimat.join": lambda items: ",".join(str(i) for i in items), "tprimat.fsdp": sharding_for,
              "tprimat.zero_stage": zero_stage_for, "tprimat.recompute": recompute_for}

@@ -11,7 +11,20 @@ from tprimat.backends.base import Backend
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.plan import Plan, make_plan
 from tprimat.spec.schema import TprimatConf
-from tprimat.spec.validate import validate
+from tprimat.spec.validate import check_memory, validate
+
+
+def with_what_fits(spec: TprimatConf, hw: DetectedHardware, problems: list[str]) -> list[str]:
+    """A memory refusal, when it is the only rule broken, ends with the nearest layouts that fit (``fit``)."""
+    memory = check_memory(spec, hw)
+    if len(problems) != 1 or problems != memory or "exceeds" not in memory[0]:
+        return problems
+    from tprimat.execute.fit import what_fits
+
+    try:
+        return [memory[0] + what_fits(spec, hw)]
+    except backends.BackendUnavailable:
+        return problems
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ def prepare(spec: TprimatConf, hw: DetectedHardware, dry_run: bool) -> Prepared:
     """Validate (``dry_run``: no check against this host's devices), load the backend, plan, ask the backend."""
     problems = validate(spec, hw, dry_run=dry_run)
     if problems:
-        return Prepared(spec, None, None, problems, [])
+        return Prepared(spec, None, None, with_what_fits(spec, hw, problems), [])
     try:
         backend = backends.load(spec.framework.name)
     except backends.BackendUnavailable as exc:  # e.g. an optional framework that is not installed

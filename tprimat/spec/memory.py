@@ -72,12 +72,21 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
     g_shard = group if stage >= 2 else 1
     o_shard = group if stage >= 1 else 1
     linear = stage_linear_params(spec) / par.tp
-    weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes
+    unit = fsdp_unit_params(spec) / par.tp if keep.activations == "torch" and stage >= 3 and group > 1 else 0.0
+    weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes + unit * 2
+    grads = params * keep.grad_bytes / g_shard + unit * 4
     overhead = 0.5 if spec.platform.name == "cpu" else 1.5
     activations = (megatron_activation_bytes(spec, grad_accum_steps) if keep.activations == "megatron"
                    else activation_bytes(spec, grad_accum_steps))
-    return MemoryEstimate(weights / GIB, params * keep.grad_bytes / g_shard / GIB,
+    return MemoryEstimate(weights / GIB, grads / GIB,
                           params * keep.optimizer_bytes / o_shard / GIB, activations / GIB, overhead)
+
+
+def fsdp_unit_params(spec: TprimatConf) -> float:
+    """FSDP2 (native, torchtitan, DeepSpeed ZeRO-3 alike) gathers one unit's bf16 weights at a time and produces its
+    unsharded fp32 gradients before the reduce-scatter: the largest unit (a decoder layer, or the embedding / output
+    head of vocab x hidden) is held whole for a moment, 2 + 4 B per parameter."""
+    return max(flops.layer_params(spec.model), padded_vocab(spec.model) * spec.model.hidden_size)
 
 
 def stage_linear_params(spec: TprimatConf) -> float:
@@ -141,23 +150,45 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Option
     else:  # two RMSNorms (computed in fp32): fp32 input and normalised output
         norms = 2 * 2 * d.hidden * 4
     ffn_inputs = mlp_matrices(spec.model) - 1  # gate and up (SwiGLU), up (GELU)
-    copies = 3 + ffn_inputs if autocasts(spec) else 2  # the attention and FFN inputs, cast per linear under autocast
-    gathered = copies * d.hidden * half  # in the compute dtype (full sequence under SP: gathered)
+    fp8 = tr.precision == "fp8"  # torchao Float8Linear: each linear saves its own fp8 cast of its input (1 B)
+    copies = 3 + ffn_inputs if autocasts(spec) or fp8 else 2  # the attention and FFN inputs, cast per linear
+    gathered = copies * d.hidden * (1 if fp8 else half)  # (full sequence under SP: gathered)
     ffn_saved = 4 if spec.model.mlp == "swiglu" else 2  # gate, up, silu(gate), product | up, gelu(up)
-    split = (2 * d.q_size + 2 * d.kv_size + ffn_saved * d.ffn) * half  # (rotated) q/k, v, attention out, MLP
+    fc2_input = d.ffn * (1 if fp8 else half)  # the product | gelu(up): the last linear's input
+    out_proj_fp8 = d.q_size if fp8 else 0  # the attention output's fp8 copy (SDPA keeps its own bf16 one)
+    split = (2 * d.q_size + 2 * d.kv_size + (ffn_saved - 1) * d.ffn) * half + fc2_input + out_proj_fp8
     per_layer_token = norms / seq_shard + gathered + split / par.tp
     layers = d.layers / par.pp
     full_layer = tokens * per_layer_token
     input_only = tokens * d.hidden * 4 / seq_shard
     recomputed = recomputed_layers(spec, layers)
     per_micro = recomputed * input_only + (layers - recomputed) * full_layer
+    if op_level_sac(spec):  # every layer keeps its input, the attention output and every other GEMM output
+        mm_out = d.q_size + 2 * d.kv_size + 2 * d.hidden + (mlp_matrices(spec.model) - 1) * d.ffn
+        per_micro = layers * tokens * (d.hidden * half / seq_shard + (d.q_size + mm_out / 2) * half / par.tp)
     if in_flight is None:
         in_flight = in_flight_micro_batches(spec, grad_accum_steps)
     # The backward's transient peak: the loss's logits at its start, or, later, one recomputed layer (its
-    # activations and autocast weight copies), whichever is larger; the logits are freed before any recompute.
-    layer_cache = flops.layer_params(spec.model) / par.tp * 2 if autocasts(spec) else 0.0
-    transient = max(logits_bytes(spec, tokens, half), full_layer + layer_cache if recomputed else 0.0)
+    # activations and cast weight copies), whichever is larger; the logits are freed before any recompute.
+    layer_cache = flops.layer_params(spec.model) / par.tp * weight_cache_bytes(spec)
+    rebuilt = full_layer + layer_cache if recomputed or op_level_sac(spec) else 0.0
+    transient = max(logits_bytes(spec, tokens, half), rebuilt)
     return per_micro * in_flight + transient + autocast_cache_bytes(spec) - recomputed * layer_cache
+
+
+def op_level_sac(spec: TprimatConf) -> bool:
+    """torchtitan's selective checkpointing is op-level by default (``selective_ac_option = "op"``): it saves the
+    outputs of SDPA and of every other matmul and recomputes the rest, in every layer (torchtitan
+    parallelize_llama ``_apply_ac``)."""
+    return spec.framework.name == "torchtitan" and spec.training.activation_checkpointing == "selective"
+
+
+def weight_cache_bytes(spec: TprimatConf) -> int:
+    """Bytes per local parameter of the cast weights the forward keeps for the backward: torchao float8 keeps each
+    linear's fp8 weight (1 B), bf16 autocast over fp32 weights its bf16 copy (2 B), else none."""
+    if spec.training.precision == "fp8":
+        return 1
+    return 2 if autocasts(spec) else 0
 
 
 def recomputed_layers(spec: TprimatConf, layers: float) -> float:
@@ -174,6 +205,8 @@ def recomputed_layers(spec: TprimatConf, layers: float) -> float:
 def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
     tp, vocab = spec.parallelism.tp, padded_vocab(spec.model)
     shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
+    if spec.framework.name == "torchtitan" and spec.training.compile:  # its compiled loss: the logits, their fp32 gradient and its cast
+        return tokens * vocab * (half + 6) / shard
     return tokens * vocab * (half + 12) / shard
 
 
@@ -185,7 +218,7 @@ def autocasts(spec: TprimatConf) -> bool:
 
 
 def autocast_cache_bytes(spec: TprimatConf) -> float:
-    """bf16 copies of the local weights that autocast casts in the forward and keeps for the backward (a
-    recomputed layer's copies are made again in the backward: ``activation_bytes`` takes those off)."""
+    """Cast copies of the local weights that the forward makes and keeps for the backward (``weight_cache_bytes``;
+    a recomputed layer's copies are made again in the backward: ``activation_bytes`` takes those off)."""
     par = spec.parallelism
-    return heaviest_stage_params(spec.model, par.pp) / par.tp * 2 if autocasts(spec) else 0.0
+    return heaviest_stage_params(spec.model, par.pp) / par.tp * weight_cache_bytes(spec)

@@ -88,6 +88,16 @@ def peak(spec: TprimatConf) -> tuple[Optional[float], str, list[str]]:
     return value, device.source, []
 
 
+EXAMPLE_DEVICE = {"nvidia": "h100", "amd": "mi300x"}
+
+
+def unchecked_memory(spec: TprimatConf) -> str:
+    """One line for a plan whose memory could not be checked: no device named and none visible here."""
+    example = EXAMPLE_DEVICE.get(spec.platform.name, "h100")
+    return (f"memory was not checked: platform.gpu={spec.platform.gpu or 'null'} names no device in the hardware table "
+            f"and no {spec.platform.name} GPU is visible here; name the device (platform.gpu={example})")
+
+
 def make_plan(spec: TprimatConf, hw: DetectedHardware) -> Plan:
     """Derive the plan; the spec must already have passed ``tprimat.validate.validate``."""
     par, tr = spec.parallelism, spec.training
@@ -98,6 +108,8 @@ def make_plan(spec: TprimatConf, hw: DetectedHardware) -> Plan:
     tokens = tr.global_batch_size * tr.seq_length
     capacity, capacity_source = device_memory(spec, hw)
     peak_tflops, peak_source, warnings = peak(spec)
+    if capacity is None:
+        warnings = [unchecked_memory(spec), *warnings]
     return Plan(world_size(spec), dp, par.tp, par.pp, par.cp, accum, tr.global_batch_size, tokens, per_token,
                 flops.CANONICAL, per_token * tokens, total, non_embedding, padded_vocab(spec.model),
                 memory.estimate(spec, dp, accum),

@@ -130,5 +130,9 @@ def print_points(points: list[Point], limit: int = 60) -> None:
                       f"{p.flops_per_token / 1e9:.2f}" if p.flops_per_token else "", p.reason)
     console = Console(width=220)
     console.print(table)
+    unchecked = [p for p in points if p.valid and p.device_memory_gib is None]
+    if unchecked:
+        console.print(f"memory was not checked for {len(unchecked)} points: platform.gpu is null and no such GPU is "
+                      "visible here; name the device (platform.gpu=h100, mi300x, ...)")
     if len(points) > limit:
         console.print(f"... {len(points) - limit} more points (see the CSV)")

@@ -1,0 +1,163 @@
+"""tprimat's per-framework memory estimate against memory measured on real hardware, each case with the config that
+produced it: Megatron-LM / Megatron-Bridge and Primus logs of the shared corpus (their ``memory (MB) | max
+allocated`` lines), torchtitan's own ``memory: X GiB`` (its allocator's max reserved), and the native trainer's
+allocator peaks on an H100 recorded in docs/benchmarks.md.
+
+The estimate is compared without its fixed runtime overhead (CUDA context, library workspaces), which the
+allocator's figures do not count. A corpus case whose log is absent is skipped (``--logs`` points at the corpus).
+One line per case (framework, source, estimate, measured, error); the table in Markdown with ``--markdown``; last
+line ``framework_memory_median_abs_error=<x>`` (relative).
+
+    python bench/memory_frameworks.py [--logs ../shared/logs] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tprimat.compose import compose  # noqa: E402
+from tprimat.spec import memory  # noqa: E402
+from tprimat.spec.build import build_spec  # noqa: E402
+from tprimat.spec.detect import DetectedHardware  # noqa: E402
+from tprimat.spec.plan import derived_dp  # noqa: E402
+
+PLANNING_HOST = DetectedHardware("cpu", "planning host", 1, 0.0, None)
+MIB = 2**20
+MAX_ALLOCATED = re.compile(r"max allocated: ([0-9.]+)")  # Megatron-LM's report_memory, MiB
+TITAN_MEMORY = re.compile(r"\bmemory: +([0-9.]+)GiB")  # torchtitan's step line: max reserved, GiB
+
+# Model dimensions the corpus runs used, from the public configs named (the logs carry no argument dump).
+LLAMA31_8B = ["model=llama"]
+LLAMA2_7B_4L = ["model=llama", "model.num_layers=4", "model.ffn_hidden_size=11008", "model.num_kv_heads=32",
+                "model.vocab_size=32000", "model.rope_scaling_factor=null", "model.rope_theta=10000"]
+LLAMA32_1B = ["model=llama", "model.num_layers=16", "model.hidden_size=2048", "model.ffn_hidden_size=8192",
+              "model.num_attention_heads=32", "model.num_kv_heads=8", "model.head_dim=64", "model.tie_embeddings=true"]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+GPU8 = ["platform.devices_per_node=8", "training.max_steps=10", "benchmark.warmup_steps=2", "parallelism.tp=1",
+        "parallelism.pp=1", "parallelism.cp=1", "parallelism.sequence_parallel=false", "parallelism.fsdp=false",
+        "training.grad_reduce_in_fp32=true"]  # the logged layouts, whatever a recipe would choose
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    framework: str
+    overrides: list
+    source: str
+    log: Optional[str] = None  # corpus file whose largest figure is the measurement
+    measured_gib: Optional[float] = None  # or a figure recorded elsewhere (docs/benchmarks.md)
+    measure: str = "max allocated"
+
+
+CASES = [
+    Case("primus_3 Llama 3.1 8B, 8 GPUs, TP 1, MBS 2, seq 8192", "primus",
+         ["platform=amd", "platform.gpu=mi300x", "framework=primus", *LLAMA31_8B, *GPU8, "parallelism.zero_stage=1",
+          "training.micro_batch_size=2", "training.seq_length=8192", "training.global_batch_size=128",
+          "training.precision=bf16", "training.activation_checkpointing=none"],
+         "corpus primus_3 (Primus llama3.1_8B-pretrain.yaml, distributed optimizer, bf16)", log="primus_3.log"),
+    Case("primus_4 Llama 2 7B (4 layers), 8 GPUs, MBS 4, seq 4096", "primus",
+         ["platform=amd", "platform.gpu=mi300x", "framework=primus", *LLAMA2_7B_4L, *GPU8, "parallelism.zero_stage=1",
+          "training.micro_batch_size=4", "training.seq_length=4096", "training.global_batch_size=256",
+          "training.precision=bf16", "training.activation_checkpointing=none"],
+         "corpus primus_4 (Primus unit test, llama2_7B reduced to 4 layers; the distributed optimizer is what its "
+         "allocated-after-step figure implies)", log="primus_4.log"),
+    Case("megatron_1 Llama 3.2 1B, 8 x H100, MBS 1, seq 1024", "megatron",
+         ["platform=nvidia", "platform.gpu=h100", "framework=megatron", *LLAMA32_1B, *GPU8,
+          "parallelism.zero_stage=1", "training.micro_batch_size=1", "training.seq_length=1024",
+          "training.global_batch_size=512", "training.precision=bf16", "training.activation_checkpointing=none"],
+         "corpus megatron_1 (Megatron-Bridge llama32_1b_pretrain_config, bf16_mixed, distributed optimizer; the log's "
+         "own parameter count: 1.24 B with the 128,256-row tied embedding)",
+         log="megatron_1.log"),
+    Case("torchtitan_3 Llama 3.1 8B (4 layers), 8 x MI300X, FSDP, local batch 3, seq 2048", "torchtitan",
+         ["platform=amd", "platform.gpu=mi300x", "framework=torchtitan", *LLAMA31_8B, "model.num_layers=4", *GPU8,
+          "parallelism.fsdp=true", "training.micro_batch_size=3", "training.seq_length=2048",
+          "training.global_batch_size=24", "training.precision=bf16", "training.activation_checkpointing=none",
+          "training.compile=true"],
+         "corpus torchtitan_3 (Primus-wrapped torchtitan, FSDP bf16/fp32-reduce, blocks and loss compiled, no "
+         "checkpointing logged)",
+         log="torchtitan_3.log", measure="max reserved"),
+]
+H100_LLAMA8 = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=1", "model=llama",
+               "model.num_layers=8", "training.seq_length=4096", "training.global_batch_size=4",
+               "training.micro_batch_size=1", "parallelism.fsdp=true", "training.activation_checkpointing=selective",
+               "training.max_steps=16", "benchmark.warmup_steps=10"]
+H100_GPT2XL = ["platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=1", "model=gpt2_xl",
+               "parallelism.fsdp=false", "training.activation_checkpointing=none", "training.global_batch_size=16",
+               "training.micro_batch_size=8", "training.max_steps=30", "benchmark.warmup_steps=10"]
+NATIVE = "docs/benchmarks.md, H100 80GB"
+CASES += [
+    Case("native Llama 3.1 8B width (8 layers), FSDP2, seq 4096, eager", "native", H100_LLAMA8,
+         f"{NATIVE} (2026-11-24, bench/gpu.py)", measured_gib=55.27),
+    Case("native Llama 3.1 8B width (8 layers), FSDP2, seq 4096, compile", "native",
+         [*H100_LLAMA8, "training.compile=true"], f"{NATIVE} (2026-11-24, bench/gpu.py)", measured_gib=53.84),
+    Case("native GPT-2 XL, MBS 8, seq 1024, bf16 eager", "native", H100_GPT2XL,
+         f"{NATIVE} (2026-11-24 re-run, bench/gpu_matrix.py)", measured_gib=55.60),
+    Case("native GPT-2 XL, MBS 8, seq 1024, bf16 compile", "native", [*H100_GPT2XL, "training.compile=true"],
+         f"{NATIVE} (2026-11-24 re-run, bench/gpu_matrix.py)", measured_gib=52.06),
+    Case("native GPT-2 XL with its head untied (the first run's model), MBS 8, seq 1024, bf16 eager", "native",
+         [*H100_GPT2XL, "model.tie_embeddings=false"], f"{NATIVE} (2026-11-24, bench/gpu_matrix.py, before the tie fix)",
+         measured_gib=56.81),
+    Case("native GPT-2 XL, MBS 8, seq 1024, fp8 tensorwise + compile", "native",
+         [*H100_GPT2XL, "training.compile=true", "training.precision=fp8"],
+         f"{NATIVE} (2026-11-24 re-run, bench/gpu_matrix.py)", measured_gib=42.05),
+]
+
+
+def measured(case: Case, logs: Path) -> Optional[float]:
+    if case.measured_gib is not None:
+        return case.measured_gib
+    path = logs / case.log
+    if not path.exists():
+        return None
+    text = ANSI.sub("", path.read_text(errors="replace"))
+    if case.measure == "max reserved":
+        return max(float(v) for v in TITAN_MEMORY.findall(text))
+    return max(float(v) for v in MAX_ALLOCATED.findall(text)) * MIB / memory.GIB
+
+
+def estimated(case: Case) -> memory.MemoryEstimate:
+    spec = build_spec(compose([*case.overrides, "dry_run=true", "logging.wandb.mode=disabled"]), PLANNING_HOST)
+    dp = derived_dp(spec)
+    return memory.estimate(spec, dp, spec.training.global_batch_size // (spec.training.micro_batch_size * dp))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logs", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "logs"))
+    parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
+    args = parser.parse_args()
+    rows, errors = [], []
+    for case in CASES:
+        got = measured(case, Path(args.logs))
+        if got is None:
+            print(f"skipped {case.name}: {case.log} not found under {args.logs}")
+            continue
+        est = estimated(case)
+        allocated = est.total_gib - est.overhead_gib  # the allocator does not count the context and workspaces
+        error = allocated / got - 1
+        errors.append(abs(error))
+        rows.append((case, allocated, got, error, est))
+        print(f"{case.framework:10s} {case.name}: estimate {allocated:.2f} GiB (states "
+              f"{est.weights_gib + est.grads_gib + est.optimizer_gib:.2f}, activations {est.activations_gib:.2f}), "
+              f"measured {got:.2f} GiB ({case.measure}), error {error:+.1%}; source: {case.source}")
+    if args.markdown:
+        print("\n| framework | case | source | estimate GiB | measured GiB | error |\n|---|---|---|---|---|---|")
+        for case, allocated, got, error, _ in rows:
+            print(f"| {case.framework} | {case.name} | {case.source} | {allocated:.2f} | {got:.2f} "
+                  f"({case.measure}) | {error:+.1%} |")
+    frameworks = len({case.framework for case, *_ in rows})
+    print(f"cases={len(rows)} frameworks={frameworks}")
+    print(f"framework_memory_median_abs_error={statistics.median(errors):.4f}" if errors else
+          "framework_memory_median_abs_error=nan")
+
+
+if __name__ == "__main__":
+    main()
