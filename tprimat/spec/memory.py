@@ -205,7 +205,8 @@ def recomputed_layers(spec: TprimatConf, layers: float) -> float:
 def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
     tp, vocab = spec.parallelism.tp, padded_vocab(spec.model)
     shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
-    if spec.framework.name == "torchtitan" and spec.training.compile:  # its compiled loss: the logits, their fp32 gradient and its cast
+    if spec.framework.name == "torchtitan" and spec.training.compile:  # its compiled loss: the logits, their fp32
+        # gradient and its bf16 cast
         return tokens * vocab * (half + 6) / shard
     return tokens * vocab * (half + 12) / shard
 
