@@ -68,3 +68,24 @@ def test_maximum_performance_maps_the_tuned_settings_per_framework(framework, fs
     cfg = compose_config(["platform=nvidia", f"framework={framework}"])
     assert (cfg.parallelism.fsdp, cfg.parallelism.zero_stage, cfg.training.activation_checkpointing) == \
         (fsdp, zero, recompute)
+
+
+@pytest.mark.parametrize("platform,frameworks,points,tuned", [
+    (["platform=nvidia", "platform.gpu=h100"], ["nemo", "megatron"], 8, ("fp8", 4)),
+    (["platform=amd", "platform.gpu=mi300x", "frameworks=[primus]"], ["primus"], 4, ("bf16", 1)),
+])
+def test_the_seeds_matrix_plans_on_the_seeds_hardware(tmp_path, platform, frameworks, points, tuned):
+    """experiment=seed_llama_qwen: the original toolkit's matrix (seq 2048, GBS 128, MBS 1, 10 steps; H100 TP 4 FP8,
+    MI300X TP 1 BF16, identical TP 4 PP 1 DP 2) plans on the device named, every point within its memory."""
+    results = sweep(tmp_path, "experiment=seed_llama_qwen", *platform)
+    assert len(results) == points and {r["status"] for r in results} == {"dry_run"}
+    assert {r["spec"]["framework"]["name"] for r in results} == set(frameworks)
+    for r in results:
+        spec, plan = r["spec"], r["plan"]
+        assert (spec["training"]["seq_length"], spec["training"]["global_batch_size"]) == (2048, 128)
+        assert plan["memory_estimate_gib"] <= plan["device_memory_gib"]
+        layout = (spec["training"]["precision"], spec["parallelism"]["tp"])
+        if spec["methodology"]["name"] == "identical_config":
+            assert layout == ("bf16", 4) and plan["dp"] == 2 and spec["parallelism"]["pp"] == 1
+        else:
+            assert layout == tuned

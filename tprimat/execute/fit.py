@@ -13,6 +13,7 @@ from tprimat import backends
 from tprimat.execute.project import projection_of
 from tprimat.spec.build import SpecError, build_spec, spec_to_dict
 from tprimat.spec.detect import DetectedHardware
+from tprimat.spec import memory
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.plan import make_plan
 from tprimat.spec.schema import TprimatConf
@@ -93,6 +94,13 @@ def nearest(spec: TprimatConf, hw: DetectedHardware, count: int = 3) -> list[Fit
     return sorted(fitting(spec, hw), key=lambda f: (len(f.changed), -(f.tokens_per_s_per_device or 0.0)))[:count]
 
 
+def states_gib(spec: TprimatConf, hw: DetectedHardware) -> float:
+    par, tr = spec.parallelism, spec.training
+    dp = spec.platform.devices_per_node * spec.platform.nodes // (par.tp * par.pp * par.cp)
+    est = memory.estimate(spec, dp, max(1, tr.global_batch_size // (tr.micro_batch_size * dp)))
+    return est.weights_gib + est.grads_gib + est.optimizer_gib
+
+
 def value_of(spec: TprimatConf, key: str):
     node = spec
     for part in key.split("."):
@@ -104,6 +112,10 @@ def what_fits(spec: TprimatConf, hw: DetectedHardware) -> str:
     """The clause a memory refusal ends with: the nearest layouts that fit, or that none does."""
     found = nearest(spec, hw)
     if not found:
+        shardings = SHARDINGS.get(spec.framework.name, ((False, 0),))
+        why = (f": it shards no model state here, and its unsharded weights, gradients and optimizer alone take "
+               f"{states_gib(spec, hw):.1f} GiB; train this model here with a framework that shards (native, "
+               "deepspeed, megatron)") if shardings == ((False, 0),) else " (tp, pp, cp, sharding and recompute tried)"
         return (f"; no layout of framework={spec.framework.name} fits {spec.model.name} at micro_batch_size="
-                f"{spec.training.micro_batch_size} here (tp, pp, cp, sharding and recompute tried)")
+                f"{spec.training.micro_batch_size} here{why}")
     return "; fits with " + " or ".join(f.text(f.changed or None) for f in found)

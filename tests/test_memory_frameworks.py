@@ -1,0 +1,203 @@
+"""The per-framework memory model against hand computations and published accounting, a refusal that names what
+fits, ``tprimat plan --best``, and a plan that says when it could not check memory.
+
+Oracles: Korthikanti et al. 2022 (34 bytes per token and hidden unit per layer without dropout masks' share,
+recomputed here for a Llama layer), Megatron-LM's own loss term and distributed-optimizer bytes
+(theoretical_memory_usage.py: 6 + 12/dp B per parameter), the ZeRO paper's Figure 1 (7.5 B parameters on 64 GPUs:
+120, 31.4, 16.6 and 1.9 GB for stages 0-3), and Llama 3.1 8B's published parameter count (8,030,261,248)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from tprimat.cli import main
+from tprimat.compose import compose
+from tprimat.execute.fit import fitting
+from tprimat.execute.prepare import prepare
+from tprimat.spec import memory
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import make_plan
+from tprimat.spec.validate import validate
+
+HOST = DetectedHardware("cpu", "planning host", 1, 0.0, None)
+LLAMA31_8B_PARAMS = 8_030_261_248  # meta-llama/Llama-3.1-8B (model card / safetensors index)
+GIB = 2**30
+CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "logs"
+PINNED = ["dry_run=true", "logging.wandb.mode=disabled", "training.max_steps=10", "parallelism.tp=1",
+          "parallelism.pp=1", "parallelism.cp=1", "parallelism.fsdp=false", "training.grad_reduce_in_fp32=true",
+          "training.activation_checkpointing=none", "training.precision=bf16"]
+
+
+def spec_of(*overrides: str):
+    return build_spec(compose([*PINNED, *overrides]), HOST)
+
+
+def estimate_of(spec):
+    plan = make_plan(spec, HOST)
+    return plan.memory
+
+
+def test_megatron_keeps_what_its_own_accounting_says_for_primus_llama_8b():
+    """Primus's Llama 3.1 8B layout on 8 GPUs (TP 1, distributed optimizer, MBS 2, seq 8192): states are Megatron-LM's
+    6 + 12/8 B per parameter; activations Korthikanti's 34 B per token and hidden unit per layer (for Llama:
+    norm and GEMM inputs 4 x 2, q/k/v 2 x 1.5, attention output 2, FC1 output 2 x 2 x 3.5, FC2 input 2 x 3.5) plus
+    Megatron-LM's loss term 4 B per token per (hidden + vocab)."""
+    est = estimate_of(spec_of("platform=amd", "platform.gpu=mi300x", "framework=primus", "model=llama",
+                              "platform.devices_per_node=8", "parallelism.zero_stage=1", "training.micro_batch_size=2",
+                              "training.seq_length=8192", "training.global_batch_size=128"))
+    assert (est.weights_gib + est.grads_gib + est.optimizer_gib) * GIB == pytest.approx(
+        LLAMA31_8B_PARAMS * (6 + 12 / 8), rel=1e-9)
+    tokens = 2 * 8192
+    assert est.activations_gib * GIB == pytest.approx(tokens * 32 * 34 * 4096 + tokens * 4 * (4096 + 128256), rel=1e-9)
+
+
+def test_megatron_bf16_gradients_and_fp8_weight_copies():
+    """grad_reduce_in_fp32=false halves the gradient buffer (NVIDIA's performance recipes); under fp8 Transformer
+    Engine keeps a 1-byte copy of every decoder-layer weight."""
+    base = ["platform=nvidia", "platform.gpu=h100", "framework=megatron", "model=llama", "platform.devices_per_node=8",
+            "parallelism.zero_stage=1", "training.micro_batch_size=1", "training.global_batch_size=128"]
+    fp32_grads = estimate_of(spec_of(*base))
+    bf16_grads = estimate_of(spec_of(*base, "training.grad_reduce_in_fp32=false"))
+    assert fp32_grads.grads_gib * GIB == pytest.approx(4 * LLAMA31_8B_PARAMS, rel=1e-9)
+    assert bf16_grads.grads_gib * GIB == pytest.approx(2 * LLAMA31_8B_PARAMS, rel=1e-9)
+    fp8 = estimate_of(spec_of(*base, "training.precision=fp8"))
+    embeddings = 2 * 128256 * 4096 + 4096  # input and output embeddings, final norm: not cast to fp8
+    assert (fp8.weights_gib - fp32_grads.weights_gib) * GIB == pytest.approx(LLAMA31_8B_PARAMS - embeddings, rel=1e-9)
+
+
+@pytest.mark.parametrize("stage,paper_gb", [(0, 120.0), (1, 31.4), (2, 16.6)])
+def test_deepspeed_zero_stages_match_the_zero_paper(stage, paper_gb):
+    """ZeRO paper, Figure 1: 7.5 B parameters, 64 GPUs, mixed precision with K = 12: 120 / 31.4 / 16.6 GB per GPU
+    for stages 0 / 1 / 2, i.e. that many GB per 7.5 B parameters whatever the model."""
+    spec = spec_of("platform=nvidia", "platform.gpu=h200", "framework=deepspeed", "model=llama",
+                   "platform.devices_per_node=8", "platform.nodes=8", f"parallelism.zero_stage={stage}",
+                   "training.micro_batch_size=1", "training.global_batch_size=64", "training.seq_length=1024")
+    est = estimate_of(spec)
+    per_param = (est.weights_gib + est.grads_gib + est.optimizer_gib) * GIB / LLAMA31_8B_PARAMS
+    assert per_param == pytest.approx(paper_gb * 1e9 / 7.5e9, rel=0.005)
+
+
+def test_torchtitan_fsdp_shards_fp32_state_over_dp_and_cp_and_gathers_one_unit():
+    """torchtitan FSDP2: fp32 parameters, gradients and Adam moments (16 B) over the dp x cp mesh, plus the largest
+    unit (the 128,256 x 4096 output head) gathered in bf16 with its unsharded fp32 gradient (2 + 4 B)."""
+    est = estimate_of(spec_of("platform=nvidia", "platform.gpu=h100", "framework=torchtitan", "model=llama",
+                              "platform.devices_per_node=8", "parallelism.fsdp=true", "parallelism.cp=2",
+                              "training.micro_batch_size=1", "training.global_batch_size=128"))
+    head = 128256 * 4096
+    assert (est.weights_gib + est.grads_gib + est.optimizer_gib) * GIB == pytest.approx(
+        LLAMA31_8B_PARAMS * 16 / 8 + head * 6, rel=1e-9)
+
+
+def test_a_memory_refusal_names_layouts_that_fit_and_each_one_does():
+    """The refusal ends with the nearest layouts that fit, each a key=value list with its estimate and projected
+    tokens/s; applying any of them through Hydra's own overrides gives a spec that validates."""
+    base = ["platform=nvidia", "platform.gpu=h100", "framework=native", "model=llama", "platform.devices_per_node=8",
+            "training.micro_batch_size=1", "training.global_batch_size=128"]
+    spec = spec_of(*base)
+    problems = prepare(spec, HOST, dry_run=True).problems
+    assert len(problems) == 1 and "exceeds 80.0 GiB" in problems[0] and "; fits with " in problems[0], problems
+    suggestions = problems[0].split("; fits with ")[1].split(" or ")
+    assert 1 <= len(suggestions) <= 3
+    for text in suggestions:
+        keys, figures = text.rsplit(" (", 1)
+        assert "GiB" in figures and "tokens/s/device" in figures
+        fixed = spec_of(*base, *keys.split(", "))
+        assert validate(fixed, HOST, dry_run=True) == []
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(framework=st.sampled_from(["native", "torchtitan", "deepspeed", "megatron", "nemo"]),
+       model=st.sampled_from(["llama", "qwen", "mistral"]), gpu=st.sampled_from(["h100", "h200", "b200"]))
+def test_every_layout_plan_best_proposes_is_accepted_by_validate(framework, model, gpu):
+    """Each proposal, written back as overrides and composed by Hydra from scratch, validates on the same GPU."""
+    base = ["platform=nvidia", f"platform.gpu={gpu}", f"framework={framework}", f"model={model}",
+            "platform.devices_per_node=8", "training.micro_batch_size=1", "training.global_batch_size=128"]
+    spec = spec_of(*base)
+    refused = [p for p in prepare(spec, HOST, dry_run=True).backend_problems if not p.startswith("framework.path")]
+    assume(not refused)  # a model the framework cannot run at all (torchtitan ships no Qwen config): no layout
+    fits = fitting(spec, HOST)
+    assert fits, "no layout fits"
+    speeds = [f.tokens_per_s_per_device or 0 for f in fits]
+    assert speeds == sorted(speeds, reverse=True)
+    for fit in (fits[0], fits[len(fits) // 2], fits[-1]):
+        overrides = [f"{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in fit.settings.items()]
+        assert validate(spec_of(*base, *overrides), HOST, dry_run=True) == [], fit.text()
+
+
+def test_plan_best_lists_the_fitting_layouts_fastest_first():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        main(["plan", "--best", "platform=nvidia", "platform.gpu=h100", "model=llama", "framework=megatron"])
+    assert done.value.code == 0
+    lines = out.getvalue().splitlines()
+    assert "fit llama on 8 x h100" in lines[0]
+    speeds = [float(line.rsplit("~", 1)[1].split(" ")[0].replace(",", "")) for line in lines[1:]]
+    assert len(speeds) > 10 and speeds == sorted(speeds, reverse=True)
+
+
+def test_a_plan_without_a_device_says_memory_was_not_checked():
+    plan = make_plan(build_spec(compose(["platform=nvidia", "model=llama", "dry_run=true"]), HOST), HOST)
+    assert plan.device_memory_gib is None
+    said = [w for w in plan.warnings if w.startswith("memory was not checked")]
+    assert len(said) == 1 and "platform.gpu=h100" in said[0]
+
+
+@pytest.mark.skipif(not (CORPUS / "primus_3.log").exists(), reason="corpus not present")
+def test_the_estimate_lands_within_15_percent_of_measured_corpus_runs():
+    """bench/memory_frameworks.py's cases whose measurement is in the corpus: each estimate within 15% of the
+    framework's own allocator figure."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "memory_frameworks.py"
+    module_spec = importlib.util.spec_from_file_location("memory_frameworks", path)
+    bench = importlib.util.module_from_spec(module_spec)
+    sys.modules["memory_frameworks"] = bench  # dataclasses look their module up there
+    module_spec.loader.exec_module(bench)
+    checked = 0
+    for case in bench.CASES:
+        if case.log is None or not (CORPUS / case.log).exists():
+            continue
+        est = bench.estimated(case)
+        measured = bench.measured(case, CORPUS)
+        assert abs((est.total_gib - est.overhead_gib) / measured - 1) <= 0.15, case.name
+        checked += 1
+    assert checked >= 3
+    assert os.path.exists(path)
+
+
+def test_the_default_matrix_is_refused_for_memory_only_where_a_framework_cannot_shard():
+    """Every platform's GPUs x Llama 3.1 8B / Qwen 2.5 7B / Mistral 7B x every framework of the platform x both
+    methodologies (216 points): a memory refusal is left only for the Transformers Trainer, which shards nothing
+    here, on an 80 GiB H100 under maximum_performance, and it says so."""
+    from tprimat.compose import Composer
+    from tprimat.sweep.plan import plan_point
+
+    frameworks = {"nvidia": ("nemo", "megatron", "deepspeed", "transformers", "native", "torchtitan"),
+                  "amd": ("primus", "nemo", "transformers", "deepspeed", "native", "megatron_deepspeed")}
+    gpus = {"nvidia": ("h100", "h200", "b200"), "amd": ("mi300x", "mi325x", "mi355x")}
+    composer, refused, points = Composer(), [], 0
+    for platform, names in frameworks.items():
+        for gpu in gpus[platform]:
+            for model in ("llama", "qwen", "mistral"):
+                for methodology in ("identical_config", "maximum_performance"):
+                    for name in names:
+                        point = plan_point(composer.compose, [f"platform={platform}", f"platform.gpu={gpu}",
+                                                              f"model={model}", f"methodology={methodology}",
+                                                              f"framework={name}", "dry_run=true"], HOST)
+                        points += 1
+                        if "GiB" in point.reason and "exceeds" in point.reason:
+                            refused.append((gpu, model, methodology, name, point.reason))
+    assert points == 216
+    assert {(gpu, methodology, name) for gpu, _, methodology, name, _ in refused} <= {
+        ("h100", "maximum_performance", "transformers")}, refused
+    assert all("shards no model state here" in reason for *_, reason in refused)
