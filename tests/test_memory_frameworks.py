@@ -22,7 +22,6 @@ from tprimat.cli import main
 from tprimat.compose import compose
 from tprimat.execute.fit import fitting
 from tprimat.execute.prepare import prepare
-from tprimat.spec import memory
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.plan import make_plan

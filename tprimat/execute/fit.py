@@ -11,9 +11,9 @@ from typing import Iterator, Optional
 
 from tprimat import backends
 from tprimat.execute.project import projection_of
+from tprimat.spec import memory
 from tprimat.spec.build import SpecError, build_spec, spec_to_dict
 from tprimat.spec.detect import DetectedHardware
-from tprimat.spec import memory
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.plan import make_plan
 from tprimat.spec.schema import TprimatConf
