@@ -50,6 +50,7 @@ class Speedup:
     notes: list[str] = field(default_factory=list)
     interval: str = "between repeats"  # between repeats | within-run | none
     unverified: list[str] = field(default_factory=list)  # axes a side does not state: they may differ too
+    repeats: Optional[stats.RepeatsRatio] = None  # between repeats: the test, its noise and what it can detect
 
     @property
     def significant(self) -> Optional[bool]:
@@ -70,14 +71,24 @@ class Speedup:
         if self.significant is None:
             return (f"{self.point:.3f}x [within-run 95% CI {self.lo:.3f}-{self.hi:.3f}] (single repeat: no "
                     "significance verdict; run benchmark.repeats>=2 or several runs)")
+        r = self.repeats
         verdict = "" if self.significant else " (not significant: the interval contains 1)"
-        return f"{self.point:.3f}x [95% CI over repeats {self.lo:.3f}-{self.hi:.3f}]{verdict}"
+        text = f"{self.point:.3f}x [95% CI over repeats {self.lo:.3f}-{self.hi:.3f}, {r.method}]{verdict}"
+        if not self.significant and r.detectable is not None:
+            text += (f"; at this noise ({r.noise:.1%} run to run) {len(self.baseline.repeats)} and "
+                     f"{len(self.other.repeats)} repeats can show a speedup of {r.detectable:.3f}x or more")
+        if r.repeats_needed is not None and r.noise > 0:
+            text += f"; to detect {stats.EFFECT_TO_PLAN:.0%} at this noise: {r.repeats_needed} repeats a side"
+        return text
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "baseline": self.baseline.label, "other": self.other.label,
                 "speedup": self.point, "ci_low": self.lo, "ci_high": self.hi, "interval": self.interval,
                 "significant": self.significant, "refused": self.refused, "refused_because": self.refused_because,
-                "unverified_axes": self.unverified,
+                "unverified_axes": self.unverified, "method": self.repeats.method if self.repeats else None,
+                "noise": self.repeats.noise if self.repeats else None,
+                "detectable_speedup": self.repeats.detectable if self.repeats else None,
+                "repeats_to_detect_3pct": self.repeats.repeats_needed if self.repeats else None,
                 "notes": self.notes}
 
 
@@ -169,8 +180,8 @@ def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
         return result
     timed = all(r.tokens for g in (baseline, other) for r in g.repeats)
     if timed and len(baseline.repeats) >= 2 and len(other.repeats) >= 2:
-        result.point, result.lo, result.hi = stats.ratio_ci_repeats(
-            [r.rate for r in baseline.repeats], [r.rate for r in other.repeats], baseline.aggregate)
+        result.repeats = stats.welch_ratio([r.rate for r in baseline.repeats], [r.rate for r in other.repeats])
+        result.point, result.lo, result.hi = result.repeats.point, result.repeats.lo, result.repeats.hi
     elif timed:
         result.interval = "within-run"
         result.point, result.lo, result.hi = stats.ratio_ci(baseline.samples(), other.samples())

@@ -4,7 +4,9 @@ about the estimator they accompany.
 The unit of replication is the repeat (a fresh measurement). With two or more repeats a group's throughput
 is an aggregate of its repeat rates (median by default; MLPerf's olympic mean; mean) and its interval is
 about that aggregate: distribution-free order statistics for the median (coverage stated: with few repeats it
-is below 95%), a bootstrap over repeats otherwise. With a single repeat the estimate is that repeat's total
+is below 95%), a bootstrap over repeats otherwise. A speedup between two groups of repeats is Welch's t on
+log rates (``welch_ratio``): its coverage holds at any repeat count, and it states the smallest speedup the
+repeats could show at the observed noise and the repeats a side that 3% would need. With a single repeat the estimate is that repeat's total
 tokens over total time and the interval is within-run: a moving-block bootstrap over its steps (blocks keep
 the steps' autocorrelation); no significance verdict is drawn from it. Every interval contains its estimate.
 
@@ -140,15 +142,62 @@ def ratio_ci(a: tuple[Sequence[float], Sequence[float]], b: tuple[Sequence[float
     return (point, *contain(point, float(lo), float(hi)))
 
 
-def ratio_ci_repeats(a: Sequence[float], b: Sequence[float], how: str, seed: int = 0) -> tuple[float, float, float]:
-    """Speedup of B over A from repeat rates: each side's repeats resampled, the aggregate's ratio."""
-    rng = np.random.default_rng(seed)
-    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    point = aggregate(list(vb), how) / aggregate(list(va), how)
-    boots = [aggregate(list(vb[rng.integers(0, len(vb), len(vb))]), how)
-             / aggregate(list(va[rng.integers(0, len(va), len(va))]), how) for _ in range(N_BOOT)]
-    lo, hi = np.percentile(boots, [(1 - LEVEL) / 2 * 100, (1 + LEVEL) / 2 * 100])
-    return (point, *contain(point, float(lo), float(hi)))
+WELCH = "Welch's t on log rates"
+POWER = 0.8  # the power "detectable" and "repeats needed" refer to
+EFFECT_TO_PLAN = 0.03  # the speedup compare states the repeats for ("to detect 3% at this noise")
+
+
+@dataclass(frozen=True)
+class RepeatsRatio:
+    """Speedup of B over A from repeat rates: the ratio of geometric means, Welch's t interval on log rates (its
+    coverage holds at any repeat count for log-normal run-to-run noise: few repeats give a wide interval, never
+    an overconfident one), and what this many repeats can show at the observed noise."""
+
+    point: float
+    lo: float
+    hi: float
+    df: float
+    noise: float  # run-to-run standard deviation of log rates, pooled over both sides (~ relative noise)
+    detectable: Optional[float]  # the smallest speedup these repeat counts detect with POWER at this noise
+    repeats_needed: Optional[int]  # repeats a side to detect EFFECT_TO_PLAN with POWER at this noise
+    method: str = WELCH
+
+
+def welch_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> RepeatsRatio:
+    from scipy import stats as sps
+
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    diff = float(lb.mean() - la.mean())
+    va, vb = float(la.var(ddof=1)), float(lb.var(ddof=1))
+    noise = math.sqrt((va + vb) / 2)
+    if va == 0 and vb == 0:  # identical repeats on both sides: the difference is exact
+        return RepeatsRatio(math.exp(diff), math.exp(diff), math.exp(diff), math.inf, 0.0, 1.0, 2)
+    test = sps.ttest_ind(lb, la, equal_var=False)
+    interval = test.confidence_interval(confidence_level=level)
+    return RepeatsRatio(math.exp(diff), math.exp(float(interval.low)), math.exp(float(interval.high)),
+                        float(test.df), noise, detectable_ratio(noise, len(a), len(b), level),
+                        repeats_needed(EFFECT_TO_PLAN, noise, level))
+
+
+def detectable_ratio(noise: float, n_a: int, n_b: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The smallest speedup a two-sided test at ``level`` detects with ``power`` (normal approximation with t
+    quantiles at n_a + n_b - 2 degrees of freedom) for a run-to-run noise ``noise`` (sd of log rates)."""
+    from scipy import stats as sps
+
+    df = max(1, n_a + n_b - 2)
+    shift = (sps.t.ppf(1 - (1 - level) / 2, df) + sps.t.ppf(power, df)) * noise * math.sqrt(1 / n_a + 1 / n_b)
+    return math.exp(float(shift))
+
+
+def repeats_needed(effect: float, noise: float, level: float = LEVEL, power: float = POWER,
+                   most: int = 10_000) -> Optional[int]:
+    """Repeats a side for ``detectable_ratio`` to reach 1 + ``effect``; None past ``most``."""
+    n = 2
+    while n <= most:
+        if detectable_ratio(noise, n, n, level, power) <= 1 + effect:
+            return n
+        n = n + 1 if n < 64 else int(n * 1.25)
+    return None
 
 
 def significant(lo: float, hi: float) -> bool:
