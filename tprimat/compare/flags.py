@@ -7,6 +7,8 @@ comparison.json, a column in report.md and the console table); none changes a nu
   measured matmul ceiling (``tprimat preflight``) or, without one, above the fastest device in the table.
 - ``INCONSISTENT``: a result whose summary throughput disagrees with its own steps' tokens and times.
 - ``not steady``: the median step time moved across the measured window.
+- ``unread step lines``: an ingested log of which more than 1% of the lines recognised as step lines could not
+  be read (``source.unparsed_lines``): its figures may rest on a biased subset.
 - ``short warm-up``: a run (an ingested log) with too few steps to exclude the warm-up it asks for: its
   measured steps are the ones a longer run would have called warm-up.
 """
@@ -23,6 +25,7 @@ DRIFT_WARN = 0.05  # 5% change of the median step time across the measured windo
 SUMMARY_TOLERANCE = 0.02  # a summary's tokens/s vs its own steps
 REPEAT_GAP = 0.05  # repeats must also differ by more than this to be called inconsistent
 UNTIMED_REPEAT_GAP = 0.5  # repeats without steps (reported figures only): ratio beyond 1.5x
+UNREAD_SHARE = 0.01  # more than 1% of a log's step lines unread
 
 
 def run_all(group, tflops: Optional[float], ceiling: Optional[float]) -> None:
@@ -31,6 +34,16 @@ def run_all(group, tflops: Optional[float], ceiling: Optional[float]) -> None:
     check_summaries(group)
     check_drift(group)
     check_warmup(group)
+    check_unread(group)
+
+
+def check_unread(group) -> None:
+    for run in group.runs:
+        unread = (run.result.get("source") or {}).get("unparsed_lines") or 0
+        total = unread + len(run.result.get("steps") or [])
+        if total and unread / total > UNREAD_SHARE:
+            group.flags.append(f"unread step lines: {run.path.parent.name}/{run.path.name} left out {unread} of "
+                               f"{total} lines recognised as step lines ({unread / total:.1%}; source.unparsed_lines)")
 
 
 def _apart(a, b) -> bool:

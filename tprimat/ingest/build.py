@@ -233,11 +233,18 @@ def ingest_parsed(parsed: Parsed, name: str, meta: Meta, sha256: str) -> dict:
     if status == "ok" and (summary is None or summary["tokens_per_s_per_device"] is None):
         st.warnings.append("no throughput: the log and the overrides do not state the tokens per step and the "
                            "world size (pass training.seq_length, training.global_batch_size, --devices or --system)")
+    if parsed.extra.get("unparsed_lines"):
+        st.warnings.append(unread_warning(parsed.extra["unparsed_lines"], len(steps), parsed.extra["unparsed_examples"]))
     source = {"kind": "ingested", "format": parsed.format, "file": name, "sha256": sha256,
               "stated": dict(sorted(st.where.items())), "facts": {k: v for k, v in st.facts.items()}, **parsed.extra}
     return make_result(run_id=new_run_id(), status=status, error=parsed.error, spec=st.spec, plan=plan,
                        environment=None, steps=steps, summary=summary, warnings=st.warnings,
                        framework={"name": framework, "version": None}, overrides=meta.overrides, source=source)
+
+
+def unread_warning(unread: int, steps: int, examples: list[str]) -> str:
+    return (f"{unread} of {unread + steps} lines recognised as step lines could not be read and were left out "
+            f"(source.unparsed_lines); the first: {examples[0]!r}")
 
 
 def ingest_text(raw: str, name: str, meta: Meta, fmt: str = "auto") -> dict:

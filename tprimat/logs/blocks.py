@@ -92,14 +92,20 @@ def with_tables(blocks: Iterator[FileBlock], read: Callable[[str], object], work
     context = multiprocessing.get_context("fork")
     pipes: list = []
     processes = []
-    try:  # from the first fork: an interrupt while the workers start stops those already started
-        for k in range(workers):
-            receive, send = context.Pipe(duplex=False)
-            pipes.append(receive)
-            process = context.Process(target=_serve, args=(read, blocks[k::workers], send), daemon=True)
-            processes.append(process)
-            process.start()
-            send.close()  # the worker's end: its exit closes the pipe, and a lost worker reads as EOF
+    try:
+        # Ctrl-C is held while the workers start (a fork it interrupted would leave a child nobody knows of) and
+        # arrives once they all have: the finally below then stops every one
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for k in range(workers):
+                receive, send = context.Pipe(duplex=False)
+                pipes.append(receive)
+                process = context.Process(target=_serve, args=(read, blocks[k::workers], send), daemon=True)
+                processes.append(process)
+                process.start()
+                send.close()  # the worker's end: its exit closes the pipe, and a lost worker reads as EOF
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for i, block in enumerate(blocks):
             table, pipe = UNREAD, pipes[i % workers]
             if pipe is not None:
@@ -125,6 +131,7 @@ def _serve(read: Callable[[str], object], blocks: list[FileBlock], send) -> None
     the whole process group: the parser stops the workers itself, so a worker ignores it (no traceback of its
     own)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked while the parser held Ctrl-C
     for block in blocks:
         try:
             table = read(block.text())

@@ -16,6 +16,7 @@ DS_LOSS = re.compile(r"\[Rank 0\] Loss: ([-\d.eE+]+)")
 
 class DeepspeedParser(StreamParser):
     format = "deepspeed"
+    MEANT = re.compile(r"\[Rank 0\] step=\S+, skipped=")  # the engine's step line
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
@@ -23,6 +24,8 @@ class DeepspeedParser(StreamParser):
             step = new_step(int(m.group(1)), {"skipped_cumulative": int(m.group(2))},
                             lr=number(m.group(3).split(",")[0]))
             return self.offer(step, None)
+        if "step=" in text and self.meant(text):
+            return self.unread_if_meant(text)
         held = self.pending
         if held is None:
             return []

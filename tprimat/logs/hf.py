@@ -22,6 +22,7 @@ def values(text: str) -> dict:
 
 class HfParser(StreamParser):
     format = "hf"
+    MEANT = re.compile(r"\{'loss': ")  # the Trainer's logged dict
 
     def __init__(self) -> None:
         super().__init__()

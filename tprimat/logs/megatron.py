@@ -190,6 +190,7 @@ def table_fields(table: columns.Table) -> Optional[tuple[TableFields, list]]:
 class MegatronParser(StreamParser):
     format = "megatron"
     FAST = re.compile(r"\biteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|([^\n]*)\n")
+    MEANT = re.compile(r"\biteration\s+\S+\s*/\s*\S+\s*\|.*\|")  # the step line's shape, whatever its numbers
 
     def __init__(self) -> None:
         super().__init__()
@@ -203,8 +204,11 @@ class MegatronParser(StreamParser):
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
-        if "iteration" in text and (m := ITERATION.search(text)):
-            return self.step_line(int(m.group(1)), m.group(2), m.group(3), line.rank)
+        if "iteration" in text:
+            if m := ITERATION.search(text):
+                return self.step_line(int(m.group(1)), m.group(2), m.group(3), line.rank)
+            if self.meant(text):
+                return self.unread_if_meant(text)
         if "memory (MB)" in text and (m := MEMORY.search(text)):
             self.attach_memory(int(m.group(1)), float(m.group(2)) / 1024, float(m.group(3)) / 1024)
         return []

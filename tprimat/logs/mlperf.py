@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from tprimat.logs.clean import Line
 from tprimat.logs.facts import state
@@ -39,6 +40,7 @@ def finite(value):
 
 class MlperfParser(StreamParser):
     format = "mlperf"
+    MEANT = re.compile(r":::MLLOG \{")  # every MLLOG record
 
     def __init__(self) -> None:
         super().__init__()

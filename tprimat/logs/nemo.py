@@ -23,6 +23,7 @@ def pairs(text: str, sep: str, fields: str) -> dict:
 
 class NemoParser(StreamParser):
     format = "nemo"
+    MEANT = re.compile(r"Training epoch \S+, iteration \S+ \||reduced_train_loss=")  # NeMo 2's step line, NeMo 1's bar
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
@@ -30,7 +31,7 @@ class NemoParser(StreamParser):
             return self.offer(self.nemo2(m), line.rank)
         if "reduced_train_loss=" in text and (m := NEMO1_BAR.search(text)):
             return self.offer(self.nemo1(m), line.rank)
-        return []
+        return self.unread_if_meant(text) if "Training epoch" in text or "reduced_train_loss=" in text else []
 
     def nemo2(self, m: re.Match) -> Step:
         fields = pairs(m.group(4), "|", ":")

@@ -97,7 +97,14 @@ def parse_lines(lines: Iterable[str], fmt: Optional[str]) -> Parsed:
 def finished(parser: StreamParser, steps: list[dict], fmt: Optional[str]) -> Parsed:
     steps += parser.finish()
     steps.sort(key=lambda s: (s["repeat"], s["step"]))
-    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)
+    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, with_unread(parser))
+
+
+def with_unread(parser: StreamParser) -> dict:
+    """The parser's run facts for the result's source, with the count of lines it recognised as step lines but
+    could not read (``source.unparsed_lines``) and the first of them (``source.unparsed_examples``)."""
+    return {**parser.extra, "unparsed_lines": parser.unparsed_lines,
+            "unparsed_examples": list(parser.unparsed_examples)}
 
 
 def no_steps(parser: StreamParser, steps, fmt: Optional[str]) -> Optional[str]:
@@ -142,7 +149,7 @@ def parse_file(path: Path, fmt: Optional[str], encoding: str = "utf-8", block_by
 def _parsed(parser: StreamParser, steps: StepColumns, fmt: Optional[str]) -> Parsed:
     steps.add(parser.finish())
     steps.sort()
-    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, parser.extra)
+    return Parsed(fmt or "unknown", steps, no_steps(parser, steps, fmt), parser.facts, with_unread(parser))
 
 
 def parse_text(raw: str, fmt: str = "auto") -> Parsed:

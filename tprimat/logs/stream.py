@@ -30,6 +30,7 @@ FAILURE_WORDS = ("Traceback (most recent call last)", "ChildFailedError", "OutOf
                  "SIGABRT", "Segmentation fault", "[ERROR]")
 NONZERO_EXIT = re.compile(r"[Ee]xited with (exit )?code -?[1-9]")
 EXCERPT_LINES = 20
+UNREAD_EXAMPLES, UNREAD_EXAMPLE_CHARS = 3, 200  # source.unparsed_examples: the first 3, cut to 200 characters
 class _Unread:
     """``UNREAD``: pickled by name, so that a worker process's UNREAD is this process's."""
 
@@ -49,6 +50,7 @@ BLOCK_TRIGGERS = ("\x1b", "\r", " ...", "torchrun", "torch.distributed.run", "Tr
 class StreamParser:
     format = ""
     FAST: Optional[re.Pattern] = None  # a step line from its marker to the line end (see ``feed_block``)
+    MEANT: Optional[re.Pattern] = None  # a line meant as a step line (looser than what reads one): unread if unread
 
     def __init__(self) -> None:
         self.facts: facts_mod.Facts = {}
@@ -58,6 +60,8 @@ class StreamParser:
         self.seen = Seen()  # steps already emitted: a later re-print is dropped
         self.failure: list[str] = []
         self.lines = 0
+        self.unparsed_lines = 0  # lines recognised as step lines (``MEANT``) that could not be read
+        self.unparsed_examples: list[str] = []
 
     # ------------------------------------------------------------ the interface
     def feed(self, raw: str) -> list[Step]:
@@ -70,8 +74,25 @@ class StreamParser:
         facts_mod.read_line(line.text, self.facts)
         try:
             return self.read(line)
-        except MANGLED:
-            return []  # a mangled line is skipped, never fatal
+        except MANGLED:  # a mangled line is skipped, never fatal, and counted when it was meant as a step line
+            if self.meant(line.text):
+                self.unread(line.text)
+            return []
+
+    def meant(self, text: str) -> bool:
+        return self.MEANT is not None and self.MEANT.search(text) is not None
+
+    def unread(self, text: str) -> None:
+        """Count a line recognised as a step line that could not be read (``source.unparsed_lines``)."""
+        self.unparsed_lines += 1
+        if len(self.unparsed_examples) < UNREAD_EXAMPLES:
+            self.unparsed_examples.append(text.strip()[:UNREAD_EXAMPLE_CHARS])
+
+    def unread_if_meant(self, text: str) -> list[Step]:
+        """``read``'s answer for a line its strict pattern did not match: nothing, counted if it was meant."""
+        if self.meant(text):
+            self.unread(text)
+        return []
 
     def feed_block(self, block: str, table=UNREAD) -> list[Step]:
         """Many raw lines at once, ending at a line end: the same steps as feeding them one by one. A format
@@ -99,8 +120,8 @@ class StreamParser:
             self.lines += 1
             try:
                 steps += self.fast(m, block[start:m.start()], m.end() - start)
-            except MANGLED:
-                pass  # a mangled line is skipped, never fatal (as in ``feed``)
+            except MANGLED:  # a mangled line is skipped, never fatal, and counted (as in ``feed``)
+                self.unread(block[start:m.end()])
             pos = m.end()
         if pos < len(block):
             steps += self._feed_lines(block[pos:])

@@ -24,11 +24,14 @@ def grab(pattern: re.Pattern, text: str):
 
 class TorchtitanParser(StreamParser):
     format = "torchtitan"
+    MEANT = re.compile(r"\bstep:\s*\S+\s+loss:")  # a step line, whatever its numbers
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
-        if "step:" not in text or not (m := TITAN.search(text)):
+        if "step:" not in text:
             return []
+        if not (m := TITAN.search(text)):
+            return self.unread_if_meant(text)
         rest = m.group(3)
         memory = MEMORY.search(rest)
         reported = {"tokens_per_s_per_gpu": grab(TPS, rest), "tflops_per_gpu": grab(TFLOPS, rest),

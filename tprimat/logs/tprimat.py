@@ -63,11 +63,14 @@ def leaves(node, prefix: str = ""):
 
 class TprimatParser(StreamParser):
     format = "tprimat"
+    MEANT = re.compile(r"repeat \S+ step \S+ \|.*\| step_time ")  # tprimat's own step line
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
-        if "step_time" in text and (m := STEP.search(text)):
-            return self.step(m)
+        if "step_time" in text:
+            if m := STEP.search(text):
+                return self.step(m)
+            return self.unread_if_meant(text)
         if text.startswith("spec (world size") or "] - spec (world size" in text:
             self.spec(text)
         return []
