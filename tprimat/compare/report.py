@@ -129,12 +129,13 @@ def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
             + (" (some repeats share one process: benchmark.repeats > 1 in one run)"
                if any(g.metrics.get("repeats_share_process") for g in groups) else "") + ".",
             "- Intervals: with two or more repeats, 95% over repeats (order statistics for the median, with the "
-            "achieved coverage where fewer repeats allow less; bootstrap over repeats otherwise). A speedup between "
-            "groups of repeats: the ratio of geometric means with Welch's t interval on log rates (95%, valid at any "
-            "repeat count); one whose interval contains 1 is not significant, and the table states the smallest "
-            "speedup those repeats could show at the observed noise and the repeats a side that 3% would need. "
-            "With one repeat the interval is within-run (moving-block bootstrap over steps) and no significance verdict is drawn. Figures marked (reported) were printed by "
-            "the framework and carry no interval.",
+            "achieved coverage where fewer repeats allow less; bootstrap over repeats otherwise). A speedup "
+            "between groups of repeats: the ratio of geometric means with Welch's t interval on log rates (95%, "
+            "valid at any repeat count); one whose interval contains 1 is not significant, and the table states "
+            "the smallest speedup those repeats could show at the observed noise and the repeats a side that 3% "
+            "would need. With one repeat the interval is within-run (moving-block bootstrap over steps) and no "
+            "significance verdict is drawn. Figures marked (reported) were printed by the framework and carry no "
+            "interval.",
             f"- FLOPs convention(s): {', '.join(conventions)} (Megatron-LM model FLOPs, causal attention halved, "
             "recompute not counted).",
             "- MFU: against the dense spec-sheet peak for the training precision (none under fp8 or for unknown "

@@ -1,14 +1,15 @@
 """Statistics for benchmark samples: robust centre and spread, correct rate averaging, intervals that are
 about the estimator they accompany.
 
-The unit of replication is the repeat (a fresh measurement). With two or more repeats a group's throughput
-is an aggregate of its repeat rates (median by default; MLPerf's olympic mean; mean) and its interval is
-about that aggregate: distribution-free order statistics for the median (coverage stated: with few repeats it
-is below 95%), a bootstrap over repeats otherwise. A speedup between two groups of repeats is Welch's t on
-log rates (``welch_ratio``): its coverage holds at any repeat count, and it states the smallest speedup the
-repeats could show at the observed noise and the repeats a side that 3% would need. With a single repeat
-the estimate is that repeat's total tokens over total time and the interval is within-run: a moving-block bootstrap over its steps (blocks keep
-the steps' autocorrelation); no significance verdict is drawn from it. Every interval contains its estimate.
+The unit of replication is the repeat (a fresh measurement). With two or more repeats a group's throughput is an
+aggregate of its repeat rates (median by default; MLPerf's olympic mean; mean) and its interval is about that
+aggregate: distribution-free order statistics for the median (coverage stated: with few repeats it is below
+95%), a bootstrap over repeats otherwise. A speedup between two groups of repeats is Welch's t on log rates
+(``welch_ratio``): its coverage holds at any repeat count, and it states the smallest speedup the repeats could
+show at the observed noise and the repeats a side that 3% would need. With a single repeat the estimate is that
+repeat's total tokens over total time and the interval is within-run: a moving-block bootstrap over its steps
+(blocks keep the steps' autocorrelation); no significance verdict is drawn from it. Every interval contains its
+estimate.
 
 Rates are never averaged arithmetically within a run: a throughput over several steps is total tokens over
 total time (equivalently the harmonic mean of per-step rates for equal work).
