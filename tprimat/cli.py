@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tprimat.ingest.cli import add_arguments as ingest_arguments
 
     compare_arguments(sub.add_parser("compare", help="compare results: tables, speedups, plots, report"))
+    from tprimat.compare.gate_cli import add_arguments as gate_arguments
+
+    gate_arguments(sub.add_parser("gate", help="golden-value regression gate for CI: throughput, loss curve, memory"))
     preflight_arguments(sub.add_parser("preflight", help="measure matmul FLOP/s and all-reduce bandwidth here"))
     ingest_arguments(sub.add_parser("ingest", help="turn other frameworks' logs into tprimat results"))
     plan_parser = sub.add_parser("plan", help="validate and plan every point of a sweep without running it")
@@ -177,6 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "check":
         sys.exit(check(args.results, args.rebuild))
+    if args.command == "gate":
+        from tprimat.compare.gate_cli import run as gate
+
+        sys.exit(gate(args))
     if args.command == "compare":
         from tprimat.compare.cli import run as compare
 
