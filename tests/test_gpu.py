@@ -24,9 +24,12 @@ def test_native_bf16_trains_and_reads_back_bf16(tmp_path):
 
 
 def test_fsdp2_on_one_gpu(tmp_path):
+    """The model the trainer held was an FSDP2 module (read back from the live object), in bf16 compute."""
     out = run_inprocess(tmp_path, [*GPU, "parallelism.fsdp=true"])
     assert out.status == "ok", out.result["error"]
-    assert out.result["framework"]["effective"]["precision"] == "bf16"
+    effective = out.result["framework"]["effective"]
+    assert effective["precision"] == "bf16" and effective["layout"]["fsdp"] is True
+    assert effective["layout"]["ddp"] is False
 
 
 def test_cuda_graphs_accumulate_micro_batches_as_the_default_mode_does(tmp_path):

@@ -51,8 +51,11 @@ def test_mfu_against_the_spec_peak():
     records = [StepRecord(step=i, step_time_s=2.0, tokens=8192 * 128, loss=1.0, lr=1e-3, grad_norm=1.0)
                for i in range(1, 4)]
     s = summarize(records, world_size=8, flops_per_token=51.47e9, peak_tflops=989.4)
-    assert s["tokens_per_s_per_device"] == pytest.approx(8192 * 128 / 2.0 / 8)
-    assert s["mfu"] == pytest.approx(s["tflops_per_device"] / 989.4)
+    # by hand: 1,048,576 tokens per 2 s step over 8 devices = 65,536 tokens/s/device; x 51.47 GFLOP/token =
+    # 3,373.1 TFLOP/s... per device: 65,536 x 51.47e9 = 3.3731e15 FLOP/s = 3,373.13 TFLOP/s; / 989.4 = 3.4093
+    assert s["tokens_per_s_per_device"] == pytest.approx(65_536)
+    assert s["tflops_per_device"] == pytest.approx(3373.1, rel=1e-4)
+    assert s["mfu"] == pytest.approx(3.4093, rel=1e-4)
 
 
 def test_fp8_has_no_mfu(tmp_path):
