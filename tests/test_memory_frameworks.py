@@ -102,7 +102,8 @@ def test_a_memory_refusal_names_layouts_that_fit_and_each_one_does():
     base = ["platform=nvidia", "platform.gpu=h100", "framework=native", "model=llama", "platform.devices_per_node=8",
             "training.micro_batch_size=1", "training.global_batch_size=128"]
     spec = spec_of(*base)
-    problems = prepare(spec, HOST, dry_run=True).problems
+    assert "; fits with " not in prepare(spec, HOST, dry_run=True).problems[0]  # sweeps do not search
+    problems = prepare(spec, HOST, dry_run=True, suggest=True).problems
     assert len(problems) == 1 and "exceeds 80.0 GiB" in problems[0] and "; fits with " in problems[0], problems
     suggestions = problems[0].split("; fits with ")[1].split(" or ")
     assert 1 <= len(suggestions) <= 3
@@ -192,7 +193,8 @@ def test_the_default_matrix_is_refused_for_memory_only_where_a_framework_cannot_
                     for name in names:
                         point = plan_point(composer.compose, [f"platform={platform}", f"platform.gpu={gpu}",
                                                               f"model={model}", f"methodology={methodology}",
-                                                              f"framework={name}", "dry_run=true"], HOST)
+                                                              f"framework={name}", "dry_run=true"], HOST,
+                                                  suggest=True)
                         points += 1
                         if "GiB" in point.reason and "exceeds" in point.reason:
                             refused.append((gpu, model, methodology, name, point.reason))

@@ -5,6 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import CONF, run_inprocess
 from tprimat.compose import Composer, expand
@@ -154,3 +156,21 @@ def test_slurm_keys_reach_the_sbatch_script(tmp_path):
     for line in ("--partition=gpu", "--gres=gpu:8", "--exclude=node3", "--mem-per-cpu=4G", "--account=research",
                  "--ntasks-per-node=8", "--nodes=2", "--time=5"):
         assert f"#SBATCH {line}" in sbatch, line
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([
+    "platform=nvidia", "platform=amd", "platform=cpu", "platform.gpu=h100", "platform.gpu=mi300x", "model=qwen",
+    "model=mistral", "model=llama70b", "framework=megatron", "framework=nemo", "framework=torchtitan",
+    "framework=deepspeed", "framework=transformers", "methodology=identical_config", "parallelism.tp=2",
+    "parallelism.cp=2", "training.micro_batch_size=2", "training.precision=fp32", "platform.nodes=2",
+    "training.activation_checkpointing=full", "platform.tuned.fsdp=false", "platform.tuned.precision=fp8"]),
+    min_size=1, max_size=6, unique_by=lambda o: o.split("=")[0]))
+def test_fast_composition_equals_hydra_and_omegaconf_resolving_everything(overrides):
+    """The sweep composer resolves only the interpolations a point's overrides reach, remembering answers: the
+    config it gives is the one Hydra composes and OmegaConf resolves whole for the same overrides."""
+    from tprimat.compose import compose
+
+    composer = Composer()
+    assert composer.compose(overrides) == compose(overrides)
+    assert composer.compose(overrides) == compose(overrides)  # a second time, from the caches

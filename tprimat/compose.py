@@ -8,6 +8,7 @@ DictConfig. Sweep points expand with Hydra's own override parser; interpolations
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -123,12 +124,14 @@ def expand(overrides: list[str]) -> list[list[str]]:
 
 
 class Composer:
-    """Fast composition of many sweep points: Hydra composes once per choice of config groups (cached,
-    unresolved); a point's value overrides are set on a copy, unknown keys refused, and OmegaConf resolves the
-    interpolations. Hydra-only syntax (+key, ~key) takes the full compose path."""
+    """Fast composition of many sweep points: Hydra composes once per choice of config groups (cached, unresolved
+    and resolved); a point's value overrides are set on a copy of the resolved config, unknown keys refused, and
+    only the interpolations that read an overridden key are resolved again, each by OmegaConf over the values it
+    reads (``Base``). Hydra-only syntax (+key, ~key) and interpolations given on the command line take the full
+    compose path."""
 
     def __init__(self) -> None:
-        self.cache: dict[tuple, dict] = {}
+        self.cache: dict[tuple, Base] = {}
         self.parser = OverridesParser.create()
         self.parsed: dict = {}  # override text -> parsed Override: the ANTLR parse is the slow part
 
@@ -144,12 +147,105 @@ class Composer:
             return compose(overrides)
         groups = tuple(o.input_line for o in parsed if o.key_or_group in GROUPS or o.key_or_group.startswith("hydra"))
         if groups not in self.cache:
-            self.cache[groups] = to_plain(hydra_compose(list(groups)), resolve=False)
-        data = copy.deepcopy(self.cache[groups])
-        for o in parsed:
-            if o.input_line not in groups:
-                set_dotted(data, o.key_or_group, o.value())
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+            self.cache[groups] = Base(to_plain(hydra_compose(list(groups)), resolve=False))
+        base = self.cache[groups]
+        values = [(o.key_or_group, o.value()) for o in parsed if o.input_line not in groups]
+        if any(isinstance(v, str) and "${" in v for _, v in values):  # an interpolation of the user's own
+            data = copy.deepcopy(base.unresolved)
+            for key, value in values:
+                set_dotted(data, key, value)
+            return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+        return base.with_values(values)
+
+
+REFERENCE = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")  # ${a.b.c}: a node an interpolation reads
+
+
+class Base:
+    """One composition (a choice of config groups): unresolved, resolved once by OmegaConf, and its interpolations
+    in dependency order with the nodes each reads (directly or through another interpolation)."""
+
+    def __init__(self, unresolved: dict) -> None:
+        self.unresolved = unresolved
+        self.resolved = OmegaConf.to_container(OmegaConf.create(unresolved), resolve=True)
+        texts = dict(interpolations(unresolved))
+        direct = {path: set(REFERENCE.findall(text)) for path, text in texts.items()}
+        self.reads = {path: closure(path, direct) for path in texts}
+        self.order = sorted(texts, key=lambda p: len(self.reads[p] & set(texts)))  # readers after what they read
+        self.texts, self.direct = texts, direct
+
+    def with_values(self, values: list) -> dict:
+        data = copy.deepcopy(self.resolved)
+        changed = [key for key, _ in values]
+        for key, value in values:
+            set_dotted(data, key, value)
+        for path in self.order:
+            if path in changed or not any(touches(read, key) for read in self.reads[path] for key in changed):
+                continue
+            set_dotted(data, path, resolve_one(self.texts[path], self.direct[path], data))
+        return data
+
+
+def interpolations(node, prefix: str = ""):
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from interpolations(value, path + ".")
+        elif isinstance(value, str) and "${" in value:
+            yield path, value
+
+
+def closure(path: str, direct: dict) -> set:
+    seen, todo = set(), list(direct[path])
+    while todo:
+        read = todo.pop()
+        if read not in seen:
+            seen.add(read)
+            todo += direct.get(read, ())
+    return seen
+
+
+def touches(read: str, key: str) -> bool:
+    """Whether setting ``key`` changes the node ``read`` (the same node, one inside it, or one holding it)."""
+    return read == key or read.startswith(key + ".") or key.startswith(read + ".")
+
+
+IMPURE = ("${now:", "${oc.env:", "${oc.decode:")  # resolvers whose answer is not a function of the nodes read
+RESOLVED: dict = {}  # (text, the values it reads) -> OmegaConf's answer: ANTLR's parse costs ~3 ms a text
+
+
+def resolve_one(text: str, reads: set, data: dict):
+    """``text`` resolved by OmegaConf over the current values of the nodes it reads (nothing else is built);
+    remembered per text and values read, where the text's resolvers answer from those values alone."""
+    key = None
+    if not any(impure in text for impure in IMPURE):
+        key = (text, repr(sorted((read, get_dotted(data, read)) for read in reads)))
+        if key in RESOLVED:
+            return copy.deepcopy(RESOLVED[key])
+    value = resolve_fresh(text, reads, data)
+    if key is not None:
+        RESOLVED[key] = copy.deepcopy(value)
+    return value
+
+
+def resolve_fresh(text: str, reads: set, data: dict):
+    mini: dict = {}
+    for read in reads:
+        value = get_dotted(data, read)
+        *parents, leaf = read.split(".")
+        node = mini
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = copy.deepcopy(value)
+    mini["__tprimat_value__"] = text
+    return OmegaConf.to_container(OmegaConf.create(mini), resolve=True)["__tprimat_value__"]
+
+
+def get_dotted(data: dict, key: str):
+    node = data
+    for part in key.split("."):
+        node = node[part]
+    return node
 
 
 def set_dotted(data: dict, key: str, value) -> None:

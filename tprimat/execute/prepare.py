@@ -40,11 +40,13 @@ class Prepared:
         return self.problems + self.backend_problems
 
 
-def prepare(spec: TprimatConf, hw: DetectedHardware, dry_run: bool) -> Prepared:
-    """Validate (``dry_run``: no check against this host's devices), load the backend, plan, ask the backend."""
+def prepare(spec: TprimatConf, hw: DetectedHardware, dry_run: bool, suggest: bool = False) -> Prepared:
+    """Validate (``dry_run``: no check against this host's devices), load the backend, plan, ask the backend.
+    ``suggest``: a memory refusal names the nearest layouts that fit (a search of seconds: single runs and
+    single-point plans ask for it, sweeps do not)."""
     problems = validate(spec, hw, dry_run=dry_run)
     if problems:
-        return Prepared(spec, None, None, with_what_fits(spec, hw, problems), [])
+        return Prepared(spec, None, None, with_what_fits(spec, hw, problems) if suggest else problems, [])
     try:
         backend = backends.load(spec.framework.name)
     except backends.BackendUnavailable as exc:  # e.g. an optional framework that is not installed

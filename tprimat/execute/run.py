@@ -55,7 +55,7 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
         return _invalid(exc.problems, run_dir, common, config)
     except Exception as exc:  # noqa: BLE001 - whatever else breaks the spec is bad input too: one line, exit 2
         return _invalid([f"cannot build the run spec: {type(exc).__name__}: {exc}"], run_dir, common, None)
-    prepared = prepare(spec, hw, dry_run=spec.dry_run)
+    prepared = prepare(spec, hw, dry_run=spec.dry_run, suggest=True)
     spec_dict = spec_to_dict(spec)
     if prepared.problems:
         return _invalid(prepared.problems, run_dir, common, spec_dict)

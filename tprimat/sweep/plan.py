@@ -46,7 +46,7 @@ class Point:
 
 
 def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: DetectedHardware,
-               deep: bool = False) -> Point:
+               deep: bool = False, suggest: bool = False) -> Point:
     """Compose, build, validate (no check against this host's devices) and plan one point; never raises."""
     try:
         spec = build_spec(compose(overrides), hw)
@@ -56,7 +56,7 @@ def plan_point(compose: Callable[[list[str]], dict], overrides: list[str], hw: D
         return Point(overrides, False, str(exc.args[0]))
     except Exception as exc:  # noqa: BLE001 - a composition error in one point is that point's reason
         return Point(overrides, False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-    prepared = prepare(spec, hw, dry_run=True)
+    prepared = prepare(spec, hw, dry_run=True, suggest=suggest)
     digest = spec_identity(spec_to_dict(spec))
     problems = prepared.all_problems
     if problems:
@@ -99,8 +99,8 @@ def plan_sweep(points: list[list[str]], compose: Callable[[list[str]], dict],
                hw: Optional[DetectedHardware] = None, deep: bool = False) -> list[Point]:
     """Validate and plan every point (each a list of overrides) without running anything; ``deep``: build
     each native layout for real in a fake world too."""
-    hw = hw or detect()
-    return [plan_point(compose, point, hw, deep) for point in points]
+    hw = hw or detect()  # one point: a memory refusal names what fits (a search of seconds, not for every point)
+    return [plan_point(compose, point, hw, deep, suggest=len(points) == 1) for point in points]
 
 
 def write_csv(points: list[Point], path: Path) -> Path:
