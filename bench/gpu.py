@@ -1,5 +1,8 @@
-"""Evidence that needs a GPU: real native runs of an 8B-class model on one CUDA device, checked against
-sources independent of tprimat's own measurement.
+"""Evidence that needs a GPU: real native runs of an 8B-class model on one CUDA device, with three consistency
+checks. Only the energy check reads a source outside tprimat (NVML's own cumulative counter, in another
+process); the timing and ingest checks compare tprimat with itself (CUDA-event step times against the wall clock
+of the same steps, tprimat's log read back by tprimat's parser): they catch a broken clock or parser, not a
+shared error.
 
 For each run (FSDP2 on one GPU in bf16, eager and with ``training.compile=true``) it prints tokens/s/device,
 TFLOP/s/device, MFU, peak memory (allocator, and tprimat's deep-check measurement and estimate before the

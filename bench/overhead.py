@@ -2,9 +2,9 @@
 
 Bare: ``trainer.step`` in a loop, one device sync at the end. Instrumented: the same steps through
 ``tprimat.measure.step.run_measured`` (device-synchronised clock, memory probe, loss/grad-norm reads, step
-records, a formatted log line per step) with the telemetry sampler running on its thread.
-Rounds alternate their order; the ratio is the median of the
-per-round ratios. Last line: ``overhead_ratio=<x>`` (target: at most 1.01).
+records, a formatted log line per step) with the telemetry sampler running on its thread, started for this arm
+and stopped after it, so that the bare arm runs without it. Rounds alternate their order; the ratio is the median
+of the per-round ratios. Last line: ``overhead_ratio=<x>`` (target: at most 1.01).
 
     python bench/overhead.py [--rounds 7] [--steps 8] [hydra overrides, e.g. model=qwen_tiny]
 """
@@ -49,8 +49,9 @@ def bare(trainer: NativeTrainer, first: int, steps: int, device: torch.device) -
 
 
 def instrumented(trainer: NativeTrainer, first: int, steps: int, device: torch.device, log: logging.Logger,
-                 tokens: int, sampler) -> float:
+                 tokens: int, source, interval_s: float) -> float:
     records = []
+    sampler = Sampler(source, interval_s).start() if source else None  # this arm's own sampler thread
 
     def on_step(r):
         records.append(r)
@@ -63,7 +64,10 @@ def instrumented(trainer: NativeTrainer, first: int, steps: int, device: torch.d
     t0 = time.perf_counter()
     run_measured(lambda s: trainer.step(first + s), steps, tokens, 0, 0, device, on_step)
     sync(device)
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    if sampler:
+        sampler.stop()
+    return elapsed
 
 
 def main() -> None:
@@ -83,7 +87,6 @@ def main() -> None:
     log.propagate = False
 
     source, _ = open_source(spec.platform.name)
-    sampler = Sampler(source, spec.benchmark.telemetry_interval_s).start() if source else None
     bare(trainer, 0, 2, device)  # burn-in: allocator, kernels, autotuning
     step, ratios, bare_s, inst_s = 2, [], [], []
     for r in range(args.rounds):
@@ -93,13 +96,12 @@ def main() -> None:
             if kind == "bare":
                 times[kind] = bare(trainer, step, args.steps, device)
             else:
-                times[kind] = instrumented(trainer, step, args.steps, device, log, plan.tokens_per_step, sampler)
+                times[kind] = instrumented(trainer, step, args.steps, device, log, plan.tokens_per_step, source,
+                                           spec.benchmark.telemetry_interval_s)
             step += args.steps
         ratios.append(times["inst"] / times["bare"])
         bare_s.append(times["bare"] / args.steps)
         inst_s.append(times["inst"] / args.steps)
-    if sampler:
-        sampler.stop()
     print(f"model={spec.model.name} device={device} steps/round={args.steps} rounds={args.rounds} "
           f"telemetry={source.name if source else 'unavailable'}")
     print(f"median step time: bare {statistics.median(bare_s) * 1e3:.2f} ms, "
