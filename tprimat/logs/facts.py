@@ -28,10 +28,9 @@ ARGUMENTS = {
     "padded_vocab_size": "model.vocab_size", "swiglu": "megatron.swiglu",
     "train_batch_size": "training.global_batch_size", "train_micro_batch_size_per_gpu": "training.micro_batch_size",
 }
-DUMP = re.compile(r"(\w+) \.{3,}\s*(\S[^\s]*)\s*$")  # "  seq_length ........ 4096"
 YAML = re.compile(r"^(\w+): ([^\s#]+)$")  # "global_batch_size: 512" (Megatron-Bridge config dump)
 TORCHRUN = re.compile(r"(?:torchrun|torch\.distributed\.run)\b(.*)")
-FLAG = re.compile(r"--([\w.-]+)[= ]([^\s-][^\s]*)")
+FLAG_NAME = re.compile(r"[\w.-]+")
 TITAN_FLAGS = {"training.seq_len": "training.seq_length", "training.local_batch_size": "torchtitan.local_batch_size",
                "training.global_batch_size": "training.global_batch_size", "training.steps": "training.max_steps",
                "parallelism.tensor_parallel_degree": "parallelism.tp",
@@ -82,8 +81,8 @@ def may_state(text: str) -> bool:
 def read_line(text: str, facts: Facts) -> None:
     """Facts stated by one cleaned line (cheap substring tests first: most lines state nothing)."""
     if " ..." in text:
-        if (m := DUMP.search(text)) and m.group(1) in ARGUMENTS:
-            state(facts, ARGUMENTS[m.group(1)], scalar(m.group(2)), f"log: arguments dump ({m.group(1)})")
+        if (pair := dump_pair(text)) and pair[0] in ARGUMENTS:
+            state(facts, ARGUMENTS[pair[0]], scalar(pair[1]), f"log: arguments dump ({pair[0]})")
     elif "torchrun" in text or "torch.distributed.run" in text:
         launcher(text, facts)
     elif "TransformerModelArgs(" in text:
@@ -92,9 +91,37 @@ def read_line(text: str, facts: Facts) -> None:
         state(facts, ARGUMENTS[m.group(1)], scalar(m.group(2)), f"log: config dump ({m.group(1)})")
 
 
+def dump_pair(text: str) -> Optional[tuple[str, str]]:
+    """Megatron's arguments dump, ``  seq_length ........ 4096``: the word before the last `` ...`` and the one
+    token after its dots, or None. Linear in the line (a regex search here was quadratic on long lines)."""
+    at = text.rfind(" ...")
+    start = at
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    if at < 1 or start == at:
+        return None
+    tokens = text[at + 1:].lstrip(".").split()
+    return (text[start:at], tokens[0]) if len(tokens) == 1 else None
+
+
+def command_flags(text: str) -> list[tuple[str, str]]:
+    """``--name=value`` and ``--name value`` pairs of a command line (a value never starts with ``-``), by
+    splitting on whitespace: linear in the line."""
+    tokens, pairs = text.split(), []
+    for i, token in enumerate(tokens):
+        if not token.startswith("--"):
+            continue
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if value and not value.startswith("-") and FLAG_NAME.fullmatch(name):
+            pairs.append((name, value))
+    return pairs
+
+
 def launcher(text: str, facts: Facts) -> None:
     m = TORCHRUN.search(text)
-    flags = {k.replace("-", "_"): v for k, v in FLAG.findall(m.group(1))} if m else {}
+    flags = {k.replace("-", "_"): v for k, v in command_flags(m.group(1))} if m else {}
     per_node = scalar(flags.get("nproc_per_node", ""))
     if isinstance(per_node, int):
         nodes = scalar(flags.get("nnodes", "1").split(":")[-1])

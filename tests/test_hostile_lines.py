@@ -1,0 +1,46 @@
+"""Nothing foreign hangs a parser: lines of 1 MB, shaped to defeat backtracking regexes (a long word before a
+failing arguments-dump tail, runs of dashes after ``torchrun``, thousands of fields), go through every parser's
+line path and block path within a budget measured against a plain pass over the same text (a regex split into
+tokens): linear work. A quadratic pattern took 9 s on a 40,000-character line and did not finish on 200,000."""
+
+import re
+import time
+
+import pytest
+
+from tprimat.logs.parsers import PARSERS
+
+N = 1_000_000
+SHAPES = {
+    "dump that fails late": "x" * N + " ... 5 6",
+    "dots that fail late": "a " + "." * N + " 1 2",
+    "many dumps": "ab ... " * (N // 7) + "z z",
+    "dashes after torchrun": "torchrun " + "-" * N,
+    "flags": "torchrun " + "--a=b " * (N // 6),
+    "yaml-like": "a" * N + ": b c",
+    "iteration digits": "iteration " + "1" * N + "/",
+    "step digits": "step: " + "1" * N + " x",
+    "model args": "TransformerModelArgs(" + "a=1, " * (N // 5),
+    "pipes": "iteration 1x/ 2 |" + "|" * N,
+    "ansi": "\x1b[3" * (N // 4),
+    "mllog": ":::MLLOG {" + "[" * N,
+    "trainer dict": "{'loss': " + "1" * N,
+}
+
+
+def plain_pass(text: str) -> float:
+    start = time.perf_counter()
+    re.findall(r"\S+", text)
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize("fmt", list(PARSERS))
+def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
+    for name, line in SHAPES.items():
+        budget = 100 * plain_pass(line) + 0.5
+        parser = PARSERS[fmt]()
+        start = time.perf_counter()
+        parser.feed(line)
+        parser.feed_block(line + "\n")
+        elapsed = time.perf_counter() - start
+        assert elapsed < budget, f"{fmt}: {name}: {elapsed:.2f} s against a budget of {budget:.2f} s"
