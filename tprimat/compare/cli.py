@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tprimat.compare import plots as plotting
+from tprimat.compare.admit import admit
 from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.gate import gate
 from tprimat.compare.groups import build_groups, ceilings_from, group_summary
@@ -54,7 +55,8 @@ def keep(result: dict, args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     report = load(args.paths)
     preflights = report.preflights + [json.loads(Path(p).read_text()) for p in args.preflight]
-    results = [r for r in report.results if keep(r.result, args)]
+    results, unreadable = admit([r for r in report.results if keep(r.result, args)])
+    report.skipped.extend(unreadable)
     if not results:
         print(f"no ok results under {' '.join(args.paths)} (after filters); skipped: {len(report.skipped)}",
               file=sys.stderr)

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from tprimat.compare.sane import problem
 from tprimat.results.result import from_json, validate_result
 
 KNOWN_VERSIONS = ("1.0", "1.1", "2.0")  # validated; a newer file is read as far as it goes
@@ -48,7 +49,7 @@ def load(paths: list[str]) -> LoadReport:
             continue
         if not isinstance(data, dict) or "schema_version" not in data or "status" not in data:
             continue  # some other JSON file (a DeepSpeed config, a Hydra dump)
-        if data["status"] != "ok":
+        if data.get("status") != "ok":
             report.skipped.append((path, f"status {data['status']}"))
             continue
         problems = validate_result(data) if data["schema_version"] in KNOWN_VERSIONS else []
@@ -57,8 +58,11 @@ def load(paths: list[str]) -> LoadReport:
             continue
         try:
             data = from_json(data)  # stored step columns (schema 2.0) as rows
-        except ValueError as exc:
-            report.skipped.append((path, f"does not match the result schema: {exc}"))
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            report.skipped.append((path, f"does not match the result schema: {type(exc).__name__}: {exc}"))
+            continue
+        if why := problem(data):
+            report.skipped.append((path, f"cannot be compared: {why}"))
             continue
         report.results.append(Loaded(path, data))
     return report

@@ -103,16 +103,28 @@ def all_plots(groups: list[Group], out: Path) -> list[Path]:
     estimate = "energy from TDP: an ESTIMATE" if any(g.metrics.get("energy_is_estimate") for g in groups) else None
     from tprimat.compare import breakdown
 
-    profiled = breakdown.plot(groups, out)
-    return [p for p in [
-        throughput(groups, out),
-        step_times(groups, out),
-        _bar(groups, m("peak_memory_gib"), "peak memory (GiB)", "Peak memory per device", out / "memory.png"),
-        curves(groups, out),
-        _bar(groups, [None if v is None else v * 100 for v in m("mfu")], "MFU (%)",
-             "Model FLOPs utilisation vs dense spec peak (n/a: no peak)", out / "mfu.png"),
-        _bar(groups, m("usd_per_1t_tokens"), "US$ per 1T tokens", "Cost per 1T training tokens", out / "cost.png"),
-        _bar(groups, m("energy_kwh_per_1m_tokens"), "kWh per 1M tokens", "Energy per 1M tokens",
-             out / "energy.png", estimate=estimate),
-        profiled,
-    ] if p is not None]
+    drawers = {
+        "throughput": lambda: throughput(groups, out),
+        "step times": lambda: step_times(groups, out),
+        "memory": lambda: _bar(groups, m("peak_memory_gib"), "peak memory (GiB)", "Peak memory per device",
+                               out / "memory.png"),
+        "loss curves": lambda: curves(groups, out),
+        "mfu": lambda: _bar(groups, [None if v is None else v * 100 for v in m("mfu")], "MFU (%)",
+                            "Model FLOPs utilisation vs dense spec peak (n/a: no peak)", out / "mfu.png"),
+        "cost": lambda: _bar(groups, m("usd_per_1t_tokens"), "US$ per 1T tokens", "Cost per 1T training tokens",
+                             out / "cost.png"),
+        "energy": lambda: _bar(groups, m("energy_kwh_per_1m_tokens"), "kWh per 1M tokens", "Energy per 1M tokens",
+                               out / "energy.png", estimate=estimate),
+        "breakdown": lambda: breakdown.plot(groups, out),
+    }
+    drawn = []
+    for name, draw in drawers.items():
+        try:
+            path = draw()
+        except (ValueError, OverflowError, TypeError) as exc:  # a figure the data cannot give: say so, draw the rest
+            print(f"compare: the {name} plot was not drawn: {type(exc).__name__}: {str(exc)[:200]}")
+            _pyplot().close("all")
+            continue
+        if path is not None:
+            drawn.append(path)
+    return drawn

@@ -1,0 +1,71 @@
+"""compare and check read any JSON: a real result with one field mutated (null, removed, of another type, beyond
+float range, zero, negative) beside an untouched one never crashes ``tprimat compare --out`` or ``tprimat check``;
+the untouched result is still compared, and a result compare cannot read is skipped with its reason."""
+
+import argparse
+import copy
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import QUICK, run_inprocess
+from tprimat.compare.cli import add_arguments, run
+from tprimat.compare.load import load
+from tprimat.results.result import validate_result
+
+HOSTILE = [None, 10 ** 400, -1, 0, 1e308, -1e308, "x", [], {}, True, 1.5, "REMOVE"]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real")
+    return run_inprocess(out, [*QUICK, "platform=cpu", "training.precision=fp32"]).result
+
+
+def leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield path + (key,)
+            yield from leaves(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node[:3]):
+            yield path + (i,)
+            yield from leaves(value, path + (i,))
+
+
+def mutated(result: dict, path: tuple, value) -> dict:
+    copy_ = copy.deepcopy(result)
+    node = copy_
+    for part in path[:-1]:
+        node = node[part]
+    if value == "REMOVE" and isinstance(node, dict):
+        del node[path[-1]]
+    else:
+        node[path[-1]] = None if value == "REMOVE" else value
+    return copy_
+
+
+def compare_args(paths, out):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args([*map(str, paths), "--out", str(out)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory, data):
+    paths = sorted(set(leaves(real)), key=str)
+    path = data.draw(st.sampled_from(paths))
+    value = data.draw(st.sampled_from(HOSTILE))
+    root = tmp_path_factory.mktemp("foreign")
+    (root / "good").mkdir()
+    (root / "bad").mkdir()
+    (root / "good" / "result.json").write_text(json.dumps(real))
+    (root / "bad" / "result.json").write_text(json.dumps(mutated(real, path, value)))
+    code = run(compare_args([root], root / "report"))
+    assert code in (0, 1, 2, 3)
+    loaded = load([str(root)])
+    assert any(item.path.parent.name == "good" for item in loaded.results)
+    validate_result(json.loads((root / "bad" / "result.json").read_text()))  # check's own path: no exception
