@@ -211,6 +211,34 @@ def test_a_claimed_sweep_directory_is_refused(tmp_path):
     assert not list(tmp_path.glob("*/result.json")) and not (tmp_path / "sweep_summary.csv").exists()
 
 
+def test_a_finished_run_directory_is_not_overwritten_unless_asked(tmp_path):
+    """A second launch into the directory of a run that has ended is refused in one line naming hydra.run.dir and
+    the result it holds (exit 2), leaving that result as it was; overwrite=true replaces it."""
+    from tests.conftest import run_launch
+
+    assert run_launch(tmp_path, *QUICK).returncode == 0
+    first = (tmp_path / "result.json").read_text()
+    proc = run_launch(tmp_path, *QUICK)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"invalid: hydra.run.dir={tmp_path}: holds the finished result {tmp_path}/result.json; "
+                                   "choose another directory, or pass overwrite=true to replace it")
+    assert (tmp_path / "result.json").read_text() == first
+    assert run_launch(tmp_path, *QUICK, "overwrite=true").returncode == 0
+    assert (tmp_path / "result.json").read_text() != first
+
+
+def test_a_finished_sweep_directory_is_not_overwritten_unless_asked(tmp_path):
+    def sweep(*extra):
+        return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
+                               "training.max_steps=3,4", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
+                               "logging.wandb.mode=disabled", "resume_from=null", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    assert sweep().returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 2
+    proc = sweep()
+    assert proc.returncode == 2 and "invalid: hydra.sweep.dir=" in proc.stderr and "overwrite=true" in proc.stderr
+    assert sweep("overwrite=true").returncode == 0
+
+
 def test_a_claim_dies_with_its_process(tmp_path):
     from tprimat.execute.claim import DirectoryClaimed, claim
 

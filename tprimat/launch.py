@@ -32,20 +32,20 @@ class ClaimDirectory(Callback):
     Hydra writes anything into it; a second launch into it exits 2 with one line."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        self._claim(config.hydra.run.dir, "hydra.run.dir")
+        self._claim(config.hydra.run.dir, "hydra.run.dir", bool(config.get("overwrite", False)))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self._claim(config.hydra.sweep.dir, "hydra.sweep.dir")
+        self._claim(config.hydra.sweep.dir, "hydra.sweep.dir", bool(config.get("overwrite", False)))
 
     @staticmethod
-    def _claim(directory, key: str) -> None:
+    def _claim(directory, key: str, overwrite: bool = False) -> None:
         from tprimat.execute.distributed import rank_env
 
         env = rank_env()
         if env is not None and env.rank != 0:  # torchrun / srun: rank 0 holds the claim for the run
             return
         try:
-            CLAIMS.append(claim(Path(str(directory))))
+            CLAIMS.append(claim(Path(str(directory)), overwrite))
         except DirectoryClaimed as exc:
             print(f"invalid: {key}={directory}: {exc}", file=sys.stderr)
             sys.exit(EXIT_INVALID)

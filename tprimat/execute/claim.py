@@ -18,8 +18,9 @@ class DirectoryClaimed(RuntimeError):
     pass
 
 
-def claim(directory: Path) -> IO:
-    """The open, locked lock file (keep it open for as long as the directory is in use)."""
+def claim(directory: Path, overwrite: bool = False) -> IO:
+    """The open, locked lock file (keep it open for as long as the directory is in use). A directory that holds a
+    finished result (a run's ``result.json``, or a sweep point's) is refused unless ``overwrite``."""
     directory.mkdir(parents=True, exist_ok=True)
     handle = open(directory / LOCK_FILE, "a+")
     try:
@@ -29,6 +30,11 @@ def claim(directory: Path) -> IO:
         holder = handle.read().strip() or "another process"
         handle.close()
         raise DirectoryClaimed(f"in use by another tprimat run ({holder}); choose another directory") from None
+    finished = next(iter(sorted(directory.glob("result.json")) + sorted(directory.glob("*/result.json"))), None)
+    if finished is not None and not overwrite:
+        handle.close()
+        raise DirectoryClaimed(f"holds the finished result {finished}; choose another directory, or pass "
+                               "overwrite=true to replace it")
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")

@@ -141,10 +141,17 @@ def resolve_platform(spec: TprimatConf, hw: DetectedHardware) -> None:
 # Bookkeeping that never changes what is trained: the run's label, where it
 # logs, whether it only planned, where a sweep looks for finished points. ``benchmark`` (warm-up, repeats,
 # telemetry) is excluded too: results that differ only in how many steps were measured are repeats of one spec.
-IDENTITY_EXCLUDES = ("run_name", "dry_run", "resume_from", "logging", "benchmark")
+IDENTITY_EXCLUDES = ("run_name", "dry_run", "resume_from", "logging", "benchmark", "overwrite")
+# Keys added after results existed: at these defaults a spec is the one it was before they existed, and keeps its
+# identity (resume and compare's repeats match old results)
+LATER_DEFAULTS = {("parallelism", "vp"): 1, ("training", "grad_reduce_in_fp32"): True}
 
 
 def spec_identity(spec: dict) -> str:
-    """Content hash of what was run (the spec minus ``IDENTITY_EXCLUDES``): equal for repeats of one benchmark."""
+    """Content hash of what was run (the spec minus ``IDENTITY_EXCLUDES``, and minus keys added later while they
+    hold their defaults): equal for repeats of one benchmark."""
     blob = {k: v for k, v in spec.items() if k not in IDENTITY_EXCLUDES}
+    for (section, key), default in LATER_DEFAULTS.items():
+        if isinstance(blob.get(section), dict) and blob[section].get(key, default) == default and key in blob[section]:
+            blob[section] = {k: v for k, v in blob[section].items() if k != key}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]

@@ -234,3 +234,4 @@ class TprimatConf(Freezable):
     dry_run: Any = False  # true | false | deep (validate: dry_run's rule)
     run_name: Optional[str] = None
     resume_from: Optional[str] = "outputs"  # sweeps skip points whose identical spec finished ok under here
+    overwrite: bool = False  # a launch into a run or sweep directory holding a finished result replaces it
