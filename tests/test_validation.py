@@ -1,6 +1,8 @@
 """The table of bad inputs: each rule gives one line naming the keys and values; exit code 2, no traceback."""
 
 
+import json
+
 import pytest
 
 from tests.conftest import run_inprocess, run_launch
@@ -28,6 +30,10 @@ BAD = [
     (["platform.devices_per_node=3", "parallelism.cp=3", "training.global_batch_size=12"],
      ["training.seq_length=256", "parallelism.cp=3", "divisible by cp"]),
     (["training.precision=fp8"], ["training.precision=fp8", "platform.name=cpu", "FP8 tensor cores"]),
+    (["benchmark.preflight_file=/nonexistent/preflight.json"],
+     ["benchmark.preflight_file=/nonexistent/preflight.json", "no such file"]),
+    (["parallelism.vp=2"], ["parallelism.vp=2", "parallelism.pp=1", "interleaved schedule needs pp > 1"]),
+    (["training.grad_reduce_in_fp32=false"], ["training.grad_reduce_in_fp32=false", "framework.name=native"]),
     (["platform=nvidia", "platform.gpu=a100", "platform.devices_per_node=1", "training.precision=fp8"],
      ["training.precision=fp8", "platform.gpu=a100", "no fp8 tensor cores"]),
     (["platform=cpu", "model=llama"], ["model.name=llama", "GiB per device", "exceeds"]),
@@ -71,6 +77,25 @@ BAD = [
 ]
 NON_FINITE = ["training.optimizer.lr=inf", "training.optimizer.lr=nan", "training.optimizer.weight_decay=nan",
               "benchmark.telemetry_interval_s=nan", "model.rope_theta=-inf", "platform.price_per_device_hour_usd=inf"]
+
+
+def test_integers_beyond_int64_are_refused_at_the_typed_boundary():
+    from tprimat.spec.build import SpecError
+
+    with pytest.raises(SpecError) as err:
+        build_spec(compose(["training.max_steps=99999999999999999999"]), detect())
+    assert err.value.problems == ["training.max_steps=99999999999999999999: beyond the 64-bit integer range "
+                                  "(|value| < 2**63)"]
+
+
+def test_an_unknown_preset_is_refused_naming_the_presets(tmp_path):
+    from tests.conftest import run_launch
+
+    proc = run_launch(tmp_path, "experiment=nope", "dry_run=true")
+    assert proc.returncode == 2
+    said = proc.stdout + proc.stderr
+    assert "experiment=nope: no such preset in conf/experiment; known: amd_all, nvidia_all" in said
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "invalid"
 
 
 def problems_for(overrides, hw=None, dry_run=True):

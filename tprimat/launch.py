@@ -54,16 +54,25 @@ class ClaimDirectory(Callback):
             sys.exit(EXIT_FAILED)
 
 
+def presets() -> list[str]:
+    return sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def task(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logging.wandb.group is None:  # one W&B group per sweep
         cfg.logging.wandb.group = sweep_group(Path(str(hydra_cfg.sweep.dir)))
     run_dir, overrides = Path(hydra_cfg.runtime.output_dir), task_overrides(hydra_cfg)
+    preset = hydra_cfg.runtime.choices.get("experiment")
     try:
+        if preset is not None and preset not in presets():
+            raise ValueError(f"experiment={preset}: no such preset in conf/experiment; known: {', '.join(presets())}")
         plain = to_plain(cfg)
     except OmegaConfBaseException as exc:  # ${missing.key}, ${oc.env:UNSET}, a resolved value of the wrong type
         outcome = refuse_config(f"cannot resolve the config: {one_line(exc)}", run_dir, overrides)
+    except ValueError as exc:  # an unknown preset: Hydra's optional default would skip it silently
+        outcome = refuse_config(str(exc), run_dir, overrides)
     else:
         outcome = execute(plain, run_dir, overrides)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # one bad point never stops a sweep

@@ -45,6 +45,9 @@ def build_spec(plain: dict, hw: Optional[DetectedHardware] = None) -> TprimatCon
     return freeze(spec)
 
 
+INT64 = 2**63  # the typed boundary's integers are what torch, numpy and JSON readers hold
+
+
 def construct(cls: type, data: dict, problems: list[str], prefix: str = ""):
     """Schema dataclasses from a plain dict (fast: no OmegaConf re-merge); wrong types go to ``problems``."""
     hints = type_hints(cls)
@@ -60,6 +63,8 @@ def construct(cls: type, data: dict, problems: list[str], prefix: str = ""):
             problems.append(f"{key}={value!r}: must be of type {getattr(kind, '__name__', kind)}")
         elif isinstance(value, float) and not math.isfinite(value):
             problems.append(f"{key}={value}: must be a finite number")
+        elif isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+            problems.append(f"{key}={value}: beyond the 64-bit integer range (|value| < 2**63)")
         kwargs[f.name] = float(value) if kind is float and isinstance(value, int) and not isinstance(value, bool) \
             else value
     return cls(**kwargs)

@@ -6,6 +6,7 @@ An empty list means the spec can be planned and handed to a backend.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from tprimat.spec import memory
@@ -69,6 +70,10 @@ def check_options(spec: TprimatConf) -> list[str]:
     if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
         problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
                         "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")
+    preflight = spec.benchmark.preflight_file
+    if preflight is not None and not os.path.isfile(preflight):
+        problems.append(f"benchmark.preflight_file={preflight}: no such file (a tprimat preflight JSON; null: the "
+                        "hardware table's ceilings)")
     return problems + incompatible(spec, derived_dp(spec)) + check_profile(spec)
 
 
