@@ -64,3 +64,18 @@ def test_compare_flags_a_log_with_more_than_one_percent_unread(tmp_path):
     groups = build_groups([Loaded(Path(f"r{i}/result.json"), r) for i, r in enumerate(results)])
     flags = [f for g in groups for f in g.flags if f.startswith("unread step lines")]
     assert len(flags) == 1 and "40 of 400" in flags[0]
+
+
+def test_a_negative_step_number_is_counted_not_written():
+    """A NeMo line whose global_step was corrupted to -13: the step is left out and counted, and the result passes
+    the schema ingest writes against (``tprimat check``'s validation)."""
+    from tprimat.results.result import validate_result
+
+    good = ("Training epoch 0, iteration {i}/99 | lr: 0.0003 | global_batch_size: 8 | global_step: {g} | "
+            "reduced_train_loss: 9.1 | train_step_timing in s: 1.2 | consumed_samples: 8\n")
+    text = "".join(good.format(i=i, g=i) for i in range(1, 6)) + good.format(i=6, g=-13) + good.format(i=7, g=7)
+    result = ingest_text(text, "nemo.log", Meta(compose, ["world_size=8"]))
+    assert result["source"]["format"] == "nemo" and [s["step"] for s in result["steps"]] == [1, 2, 3, 4, 5, 7]
+    source = result["source"]
+    assert source["unparsed_lines"] == 1 and "negative step number" in source["unparsed_examples"][0]
+    assert validate_result(result) == []

@@ -188,8 +188,12 @@ class StreamParser:
 
     # ------------------------------------------------------------ helpers for the formats
     def offer(self, step: Step, rank: Optional[int]) -> list[Step]:
-        """A step line: merged into the held step when it is the same step (another rank), else it completes it."""
+        """A step line: merged into the held step when it is the same step (another rank), else it completes it.
+        A step number below 0 (a corrupted counter: no run has one) is not a step; it is counted as unread."""
         key = step["step"]
+        if key < 0:
+            self.unread(f"step {key}: a negative step number")
+            return []
         if key in self.seen:
             return []
         if self.pending is not None and self.pending["step"] == key:
