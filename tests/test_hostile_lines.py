@@ -44,3 +44,14 @@ def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
         parser.feed_block(line + "\n")
         elapsed = time.perf_counter() - start
         assert elapsed < budget, f"{fmt}: {name}: {elapsed:.2f} s against a budget of {budget:.2f} s"
+
+
+def test_deeply_nested_mllog_json_is_an_unread_line_not_a_crash():
+    """json's recursion limit on 100,000 nested brackets after the MLLOG marker: the line is counted as unread."""
+    from tprimat.compose import compose
+    from tprimat.ingest.build import Meta, ingest_text
+
+    record = (':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "submission_org", '
+              '"value": "x"}\n')
+    result = ingest_text(record + ":::MLLOG " + "[" * 100_000 + "\n", "nested.log", Meta(compose), fmt="mlperf")
+    assert result["source"]["unparsed_lines"] == 1

@@ -40,7 +40,7 @@ def finite(value):
 
 class MlperfParser(StreamParser):
     format = "mlperf"
-    MEANT = re.compile(r":::MLLOG \{")  # every MLLOG record
+    MEANT = re.compile(r":::MLLOG ")  # every MLLOG record
 
     def __init__(self) -> None:
         super().__init__()

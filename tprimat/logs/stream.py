@@ -39,7 +39,8 @@ class _Unread:
 
 
 UNREAD = _Unread()  # feed_block: the block's table is not read yet
-MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError)  # what a bad line raises
+MANGLED = (ValueError, TypeError, KeyError, IndexError, OverflowError, AttributeError, RecursionError,
+           ZeroDivisionError)  # what a bad line raises
 # A block holding any of these is read line by line: colour codes, carriage returns (progress bars; ``clean``
 # drops them), fact-bearing lines (argument dumps, launcher command lines, model arguments) and failures need
 # the full per-line path.
