@@ -208,3 +208,14 @@ def test_an_over_long_override_is_one_line_and_exit_2(tmp_path):
     proc = run_launch(tmp_path, "model=" + "x" * 5000)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "invalid: model=<5000 characters>: an override must be at most 1000 characters"
+
+
+def test_wandb_online_without_credentials_is_refused_before_training(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no `wandb login`
+    problems = problems_for(["logging.wandb.mode=online"], dry_run=False)
+    assert any(p.startswith("logging.wandb.mode=online: no W&B credentials") for p in problems), problems
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert not any("W&B" in p for p in problems_for(["logging.wandb.mode=online"], dry_run=False))

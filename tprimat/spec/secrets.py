@@ -30,3 +30,21 @@ def redact(value, secrets: dict[str, str] | None = None):
     if isinstance(value, list):
         return [redact(v, secrets) for v in value]
     return value
+
+
+WANDB_HOST = "api.wandb.ai"
+
+
+def wandb_credentials() -> bool:
+    """Whether W&B online mode has an API key to use: ``WANDB_API_KEY``, or a ``wandb login`` entry in ~/.netrc
+    (where the W&B client stores it); a custom ``WANDB_BASE_URL`` host is looked up the same way."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "")).hostname or WANDB_HOST
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False

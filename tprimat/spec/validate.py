@@ -17,6 +17,7 @@ from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.plan import derived_dp, device_memory, world_size
 from tprimat.spec.schema import TprimatConf, ac_period
+from tprimat.spec.secrets import wandb_credentials
 
 CHOICES = {
     "platform.name": ("cpu", "nvidia", "amd"),
@@ -55,7 +56,16 @@ def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> 
     if problems:  # the cross-field rules below divide by these values
         return problems
     return (check_layout(spec) + check_batch(spec) + check_model(spec) + check_schedule(spec)
-            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_options(spec) + check_memory(spec, hw))
+            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_options(spec) + check_memory(spec, hw)
+            + check_wandb(spec, dry_run))
+
+
+def check_wandb(spec: TprimatConf, dry_run: bool) -> list[str]:
+    """W&B online needs credentials before anything trains (else the W&B client's traceback, and no result)."""
+    if dry_run or spec.logging.wandb.mode != "online" or wandb_credentials():
+        return []
+    return ["logging.wandb.mode=online: no W&B credentials (set WANDB_API_KEY or run `wandb login`); "
+            "logging.wandb.mode=offline records the run locally for `wandb sync` later"]
 
 
 def check_options(spec: TprimatConf) -> list[str]:
