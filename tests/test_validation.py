@@ -219,3 +219,12 @@ def test_wandb_online_without_credentials_is_refused_before_training(monkeypatch
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
     (tmp_path / ".netrc").chmod(0o600)
     assert not any("W&B" in p for p in problems_for(["logging.wandb.mode=online"], dry_run=False))
+
+
+def test_an_unclosed_interpolation_names_the_key_typed(tmp_path):
+    from tests.conftest import run_launch
+
+    proc = run_launch(tmp_path, "run_name=${foo", "dry_run=true")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("invalid: run_name=${foo: an interpolation ${...} is not closed (a } is missing); "
+                                   "quote the value if the text is meant literally")

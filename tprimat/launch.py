@@ -107,6 +107,17 @@ def refuse_long_overrides(argv: list[str]) -> None:
             sys.exit(EXIT_INVALID)
 
 
+def refuse_unclosed_interpolations(argv: list[str]) -> None:
+    """``run_name=${foo`` would get Hydra's grammar error ("mismatched input '{'"), naming no key: refused here in
+    one line naming the key the user typed, exit 2."""
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and value.count("${") > value.count("}"):
+            print(f"invalid: {key}={value[:80]}: an interpolation ${{...}} is not closed (a }} is missing); quote "
+                  "the value if the text is meant literally", file=sys.stderr)
+            sys.exit(EXIT_INVALID)
+
+
 def sweep_group(sweep_dir: Path) -> str:
     """W&B group of a sweep: its directory (outputs/multirun/<date>/<time> -> sweep-<date>-<time>)."""
     return "sweep-" + "-".join(sweep_dir.resolve().parts[-2:])
@@ -116,6 +127,7 @@ def main() -> None:
     from tprimat.execute.distributed import rank_env
 
     refuse_long_overrides(sys.argv[1:])
+    refuse_unclosed_interpolations(sys.argv[1:])
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
         sys.argv.append("hydra.output_subdir=null")
