@@ -53,7 +53,8 @@ def compare_args(paths, out):
     return parser.parse_args([*map(str, paths), "--out", str(out)])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory, data):
     paths = sorted(set(leaves(real)), key=str)

@@ -114,16 +114,15 @@ def test_a_memory_refusal_names_layouts_that_fit_and_each_one_does():
         assert validate(fixed, HOST, dry_run=True) == []
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(framework=st.sampled_from(["native", "torchtitan", "deepspeed", "megatron", "nemo"]),
        model=st.sampled_from(["llama", "qwen", "mistral"]), gpu=st.sampled_from(["h100", "h200", "b200"]))
 def test_every_layout_plan_best_proposes_is_accepted_by_validate(framework, model, gpu):
     """Each proposal, written back as overrides and composed by Hydra from scratch, validates on the same GPU."""
     base = ["platform=nvidia", f"platform.gpu={gpu}", f"framework={framework}", f"model={model}",
             "platform.devices_per_node=8", "training.micro_batch_size=1", "training.global_batch_size=128"]
+    assume(framework != "torchtitan" or model == "llama")  # torchtitan ships configs for Llama only: no layout
     spec = spec_of(*base)
-    refused = [p for p in prepare(spec, HOST, dry_run=True).backend_problems if not p.startswith("framework.path")]
-    assume(not refused)  # a model the framework cannot run at all (torchtitan ships no Qwen config): no layout
     fits = fitting(spec, HOST)
     assert fits, "no layout fits"
     speeds = [f.tokens_per_s_per_device or 0 for f in fits]

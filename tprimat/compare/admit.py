@@ -8,6 +8,8 @@ from __future__ import annotations
 from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.groups import build_groups, group_summary
 from tprimat.compare.load import Loaded
+from tprimat.compare.report import sections
+from tprimat.compare.speedups import speedups
 
 READ_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError)
 
@@ -17,10 +19,12 @@ def admit(results: list[Loaded]) -> tuple[list[Loaded], list[tuple]]:
     kept, skipped = [], []
     for item in results:
         try:
-            for group in build_groups([item]):
+            groups = build_groups([item])
+            for group in groups:
                 group_summary(group)
                 group_breakdown(group)
                 group_memory(group)
+            sections(groups, speedups(groups), [], [], "median")  # the report's reading of it
         except READ_ERRORS as exc:
             skipped.append((item.path, f"cannot be compared: {type(exc).__name__}: {str(exc)[:200]}"))
             continue

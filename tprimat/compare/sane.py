@@ -10,6 +10,7 @@ from typing import Optional
 SECTIONS = ("platform", "model", "framework", "training", "methodology")
 TEXTS = (("platform", "name"), ("platform", "gpu"), ("model", "name"), ("framework", "name"), ("methodology", "name"),
          ("training", "precision"))  # labels and axes: text or absent
+NESTED = (("training", "optimizer"), ("training", "fp8"), ("platform", "tuned"))  # objects inside the sections
 STEP_NUMBERS = ("step_time_s", "tokens", "loss", "lr", "grad_norm", "memory_gib", "peak_memory_gib")
 LARGEST = 1e300  # beyond this a product or a sum of two overflows a float
 
@@ -38,6 +39,9 @@ def problem(result: dict) -> Optional[str]:
     for section in SECTIONS:
         if not isinstance(spec.get(section), dict):
             return f"spec.{section} is missing or not an object"
+    for section, key in NESTED:
+        if spec[section].get(key) is not None and not isinstance(spec[section][key], dict):
+            return f"spec.{section}.{key} is not an object"
     for section, key in TEXTS:
         value = spec[section].get(key)
         if value is not None and not isinstance(value, str):

@@ -112,5 +112,10 @@ def write_parquet(rows: list[dict], path: Path) -> Optional[Path]:
     except ImportError:
         return None
     flat = [{k: ("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
-    pq.write_table(pa.Table.from_pylist(flat), path)
+    try:
+        pq.write_table(pa.Table.from_pylist(flat), path)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:  # a column Arrow cannot type
+        print(f"compare: table.parquet was not written (table.csv holds the same rows): {type(exc).__name__}: "
+              f"{str(exc)[:200]}")
+        return None
     return path
