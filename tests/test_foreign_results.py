@@ -70,3 +70,22 @@ def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory
     loaded = load([str(root)])
     assert any(item.path.parent.name == "good" for item in loaded.results)
     validate_result(json.loads((root / "bad" / "result.json").read_text()))  # check's own path: no exception
+
+
+@pytest.mark.parametrize("edit,reason", [
+    (lambda r: r.update(spec=None), "spec is missing or not an object"),
+    (lambda r: [s.__setitem__("tokens", 10 ** 400) for s in r["steps"]], "beyond the float range"),
+    (lambda r: [s.__setitem__("step_time_s", 0.0) for s in r["steps"]], "step_time_s"),
+])
+def test_the_issue_s_foreign_results_are_skipped_with_their_reason(real, tmp_path, edit, reason):
+    """A result with "spec": null, tokens of 10**400 or zero step times (each crashed compare before): skipped,
+    with the reason, beside an untouched result that is still compared."""
+    bad = copy.deepcopy(real)
+    edit(bad)
+    for name, result in (("good", real), ("bad", bad)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps(result))
+    report = load([str(tmp_path)])
+    assert [item.path.parent.name for item in report.results] == ["good"]
+    assert len(report.skipped) == 1 and reason in report.skipped[0][1]
+    assert run(compare_args([tmp_path], tmp_path / "report")) == 0
