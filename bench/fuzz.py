@@ -123,18 +123,21 @@ def leaves(node, path=()):
 HOSTILE_VALUES = [None, 10 ** 400, -1, 0, 1e308, -1e308, "x", [], {}, True, 1.5, "REMOVE"]
 
 
-def mutate_result(result: dict, rng: random.Random) -> dict:
+def mutated(result: dict, path: tuple, value) -> dict:
+    """A copy of ``result`` with the field at ``path`` set to ``value`` ("REMOVE": deleted, or nulled in a list)."""
     out = copy.deepcopy(result)
-    path = rng.choice(sorted(set(leaves(out)), key=str))
     node = out
     for part in path[:-1]:
         node = node[part]
-    value = rng.choice(HOSTILE_VALUES)
     if value == "REMOVE" and isinstance(node, dict):
         del node[path[-1]]
     else:
         node[path[-1]] = None if value == "REMOVE" else value
     return out
+
+
+def mutate_result(result: dict, rng: random.Random) -> dict:
+    return mutated(result, rng.choice(sorted(set(leaves(result)), key=str)), rng.choice(HOSTILE_VALUES))
 
 
 def run_results(count: int, rng: random.Random, work: Path) -> list[str]:

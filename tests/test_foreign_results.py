@@ -4,7 +4,10 @@ the untouched result is still compared, and a result compare cannot read is skip
 
 import argparse
 import copy
+import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,36 +18,24 @@ from tprimat.compare.cli import add_arguments, run
 from tprimat.compare.load import load
 from tprimat.results.result import validate_result
 
-HOSTILE = [None, 10 ** 400, -1, 0, 1e308, -1e308, "x", [], {}, True, 1.5, "REMOVE"]
+
+def bench_fuzz():
+    """bench/fuzz.py, whose result mutations this test draws from (one definition of what a hostile field is)."""
+    path = Path(__file__).resolve().parent.parent / "bench" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("tprimat_bench_fuzz", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+FUZZ = bench_fuzz()
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     out = tmp_path_factory.mktemp("real")
     return run_inprocess(out, [*QUICK, "platform=cpu", "training.precision=fp32"]).result
-
-
-def leaves(node, path=()):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield path + (key,)
-            yield from leaves(value, path + (key,))
-    elif isinstance(node, list):
-        for i, value in enumerate(node[:3]):
-            yield path + (i,)
-            yield from leaves(value, path + (i,))
-
-
-def mutated(result: dict, path: tuple, value) -> dict:
-    copy_ = copy.deepcopy(result)
-    node = copy_
-    for part in path[:-1]:
-        node = node[part]
-    if value == "REMOVE" and isinstance(node, dict):
-        del node[path[-1]]
-    else:
-        node[path[-1]] = None if value == "REMOVE" else value
-    return copy_
 
 
 def compare_args(paths, out):
@@ -57,14 +48,14 @@ def compare_args(paths, out):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory, data):
-    paths = sorted(set(leaves(real)), key=str)
+    paths = sorted(set(FUZZ.leaves(real)), key=str)
     path = data.draw(st.sampled_from(paths))
-    value = data.draw(st.sampled_from(HOSTILE))
+    value = data.draw(st.sampled_from(FUZZ.HOSTILE_VALUES))
     root = tmp_path_factory.mktemp("foreign")
     (root / "good").mkdir()
     (root / "bad").mkdir()
     (root / "good" / "result.json").write_text(json.dumps(real))
-    (root / "bad" / "result.json").write_text(json.dumps(mutated(real, path, value)))
+    (root / "bad" / "result.json").write_text(json.dumps(FUZZ.mutated(real, path, value)))
     code = run(compare_args([root], root / "report"))
     assert code in (0, 1, 2, 3)
     loaded = load([str(root)])

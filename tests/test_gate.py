@@ -1,8 +1,8 @@
 """``tprimat gate`` on real CPU runs: golden values from one run; a rerun passes; a run whose loss curve departs (a
 10x learning rate, trained for real), the rerun with every step 1.6x slower, and the rerun with 1.5x the peak
 memory each fail naming the check; bad input exits 2 with one line. The CPU's run-to-run noise is near 10%
-(docs/benchmarks.md), so the rerun is held to a 30% time tolerance; the 1.6x slowdown is beyond it and beyond the
-noise."""
+(docs/benchmarks.md) and more on a loaded machine, so the rerun is held to a 50% time tolerance; the 1.6x slowdown
+(60% slower) is beyond it and beyond the noise."""
 
 import copy
 import json
@@ -66,24 +66,24 @@ def failed(lines):
 
 
 def test_a_rerun_passes(runs):
-    code, out, _ = gate(runs / "rerun", "--golden", runs / "golden_values", "--time-tolerance", "0.3")
+    code, out, _ = gate(runs / "rerun", "--golden", runs / "golden_values", "--time-tolerance", "0.5")
     assert code == 0 and failed(out) == [] and len(out) == 3, out
 
 
 def test_a_departed_loss_curve_fails_naming_loss(runs):
-    code, out, _ = gate(runs / "departed", "--golden", runs / "golden_values", "--time-tolerance", "0.3")
+    code, out, _ = gate(runs / "departed", "--golden", runs / "golden_values", "--time-tolerance", "0.5")
     assert code == 1 and "FAILED loss" in failed(out), out
     assert any("spec differs" in line for line in out)
 
 
 def test_a_slowdown_of_1_6x_fails_naming_throughput(runs):
-    code, out, _ = gate(runs / "slow", "--golden", runs / "golden_values", "--time-tolerance", "0.3")
+    code, out, _ = gate(runs / "slow", "--golden", runs / "golden_values", "--time-tolerance", "0.5")
     assert code == 1 and failed(out) == ["FAILED throughput"], out
     assert "slower, beyond the tolerance and outside the noise" in next(line for line in out if "throughput" in line)
 
 
 def test_a_memory_growth_of_1_5x_fails_naming_memory(runs):
-    code, out, _ = gate(runs / "heavy", "--golden", runs / "golden_values", "--time-tolerance", "0.3")
+    code, out, _ = gate(runs / "heavy", "--golden", runs / "golden_values", "--time-tolerance", "0.5")
     assert code == 1 and failed(out) == ["FAILED memory"], out
     assert "1.5" in next(line for line in out if line.startswith("FAILED memory"))
 

@@ -13,9 +13,10 @@ from tprimat import backends
 from tprimat.execute.project import projection_of
 from tprimat.spec import memory
 from tprimat.spec.build import SpecError, build_spec, spec_to_dict
+from tprimat.spec.compat import get
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.keeps import MEGATRON_CORE
-from tprimat.spec.plan import make_plan
+from tprimat.spec.plan import derived_dp, make_plan
 from tprimat.spec.schema import TprimatConf
 from tprimat.spec.validate import validate
 
@@ -38,7 +39,7 @@ class Fit:
     def text(self, keys: Optional[tuple] = None) -> str:
         shown = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                           for k, v in self.settings.items() if (keys is None and k not in FIXED) or k in (keys or ()))
-        speed = (f", ~{self.tokens_per_s_per_device:,.0f} tokens/s/device" if self.tokens_per_s_per_device
+        speed = (f", projected ~{self.tokens_per_s_per_device:,.0f} tokens/s/device" if self.tokens_per_s_per_device
                  else ", no projection")
         return f"{shown} ({self.memory_gib:.1f} GiB{speed})"
 
@@ -73,7 +74,7 @@ def with_settings(spec: TprimatConf, settings: dict, hw: DetectedHardware) -> Op
 
 def fitting(spec: TprimatConf, hw: DetectedHardware) -> list[Fit]:
     """Every layout that validates (on the spec's device, memory included), fastest projected first."""
-    current = {k: value_of(spec, k) for k in next(layouts(spec), {})}
+    current = {k: get(spec, k) for k in next(layouts(spec), {})}
     backend = backends.load(spec.framework.name)
     fits = []
     for settings in layouts(spec):
@@ -94,18 +95,10 @@ def nearest(spec: TprimatConf, hw: DetectedHardware, count: int = 3) -> list[Fit
     return sorted(fitting(spec, hw), key=lambda f: (len(f.changed), -(f.tokens_per_s_per_device or 0.0)))[:count]
 
 
-def states_gib(spec: TprimatConf, hw: DetectedHardware) -> float:
-    par, tr = spec.parallelism, spec.training
-    dp = spec.platform.devices_per_node * spec.platform.nodes // (par.tp * par.pp * par.cp)
+def states_gib(spec: TprimatConf) -> float:
+    tr, dp = spec.training, derived_dp(spec)
     est = memory.estimate(spec, dp, max(1, tr.global_batch_size // (tr.micro_batch_size * dp)))
     return est.weights_gib + est.grads_gib + est.optimizer_gib
-
-
-def value_of(spec: TprimatConf, key: str):
-    node = spec
-    for part in key.split("."):
-        node = getattr(node, part)
-    return node
 
 
 def what_fits(spec: TprimatConf, hw: DetectedHardware) -> str:
@@ -114,7 +107,7 @@ def what_fits(spec: TprimatConf, hw: DetectedHardware) -> str:
     if not found:
         shardings = SHARDINGS.get(spec.framework.name, ((False, 0),))
         why = (f": it shards no model state here, and its unsharded weights, gradients and optimizer alone take "
-               f"{states_gib(spec, hw):.1f} GiB; train this model here with a framework that shards (native, "
+               f"{states_gib(spec):.1f} GiB; train this model here with a framework that shards (native, "
                "deepspeed, megatron)") if shardings == ((False, 0),) else " (tp, pp, cp, sharding and recompute tried)"
         return (f"; no layout of framework={spec.framework.name} fits {spec.model.name} at micro_batch_size="
                 f"{spec.training.micro_batch_size} here{why}")

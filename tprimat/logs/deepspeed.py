@@ -25,7 +25,8 @@ class DeepspeedParser(StreamParser):
                             lr=number(m.group(3).split(",")[0]))
             return self.offer(step, None)
         if "step=" in text and self.meant(text):
-            return self.unread_if_meant(text)
+            self.unread(text)
+            return []
         held = self.pending
         if held is None:
             return []

@@ -208,7 +208,8 @@ class MegatronParser(StreamParser):
             if m := ITERATION.search(text):
                 return self.step_line(int(m.group(1)), m.group(2), m.group(3), line.rank)
             if self.meant(text):
-                return self.unread_if_meant(text)
+                self.unread(text)
+                return []
         if "memory (MB)" in text and (m := MEMORY.search(text)):
             self.attach_memory(int(m.group(1)), float(m.group(2)) / 1024, float(m.group(3)) / 1024)
         return []
