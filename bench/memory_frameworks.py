@@ -1,14 +1,17 @@
 """tprimat's per-framework memory estimate against memory measured on real hardware, each case with the config that
 produced it: Megatron-LM / Megatron-Bridge and Primus logs of the shared corpus (their ``memory (MB) | max
-allocated`` lines), torchtitan's own ``memory: X GiB`` (its allocator's max reserved), and the native trainer's
-allocator peaks on an H100 recorded in docs/benchmarks.md.
+allocated`` lines), torchtitan's own ``memory: X GiB`` (its allocator's max reserved), the native trainer's
+allocator peaks on an H100 recorded in docs/benchmarks.md, and real runs on this CPU of DeepSpeed (ZeRO 0, 2, 3)
+and the Transformers Trainer (DDP, and ZeRO-3 through its DeepSpeed integration) through tprimat's own launch
+path, each in a fresh process, their peak taken from torch.profiler's memory events (every allocation and free of
+torch's CPU allocator from before the model is built; ``--no-cpu-runs`` skips them).
 
 The estimate is compared without its fixed runtime overhead (CUDA context, library workspaces), which the
 allocator's figures do not count. A corpus case whose log is absent is skipped (``--logs`` points at the corpus).
 One line per case (framework, source, estimate, measured, error); the table in Markdown with ``--markdown``; last
 line ``framework_memory_median_abs_error=<x>`` (relative).
 
-    python bench/memory_frameworks.py [--logs ../shared/logs] [--markdown]
+    python bench/memory_frameworks.py [--logs ../shared/logs] [--markdown] [--no-cpu-runs]
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -55,6 +60,7 @@ class Case:
     log: Optional[str] = None  # corpus file whose largest figure is the measurement
     measured_gib: Optional[float] = None  # or a figure recorded elsewhere (docs/benchmarks.md)
     measure: str = "max allocated"
+    run_on_cpu: bool = False  # measured by running it here (``cpu_peak_gib``)
 
 
 CASES = [
@@ -110,8 +116,66 @@ CASES += [
          f"{NATIVE} (2026-11-24 re-run, bench/gpu_matrix.py)", measured_gib=42.05),
 ]
 
+# A Llama-style model small enough to train on a CPU in seconds, large enough that states, activations and the
+# logits each weigh: 20.2 M parameters, bf16, 4 x 512 tokens per step.
+CPU_SMALL = ["platform=cpu", "model=llama", "model.num_layers=4", "model.hidden_size=512", "model.ffn_hidden_size=1408",
+             "model.num_attention_heads=8", "model.num_kv_heads=4", "model.head_dim=64", "model.vocab_size=8192",
+             "model.rope_scaling_factor=null", "training.seq_length=512", "training.micro_batch_size=4",
+             "training.global_batch_size=4", "training.max_steps=3", "training.optimizer.warmup_steps=1",
+             "benchmark.warmup_steps=1", "training.precision=bf16", "methodology=identical_config",
+             "training.activation_checkpointing=none"]
+CPU_RUN = "a run on this CPU (tprimat's launch path; torch.profiler memory events)"
+PROFILED = "allocated (profiler)"
+CASES += [
+    Case("DeepSpeed ZeRO-0, 20 M Llama, bf16, MBS 4, seq 512", "deepspeed",
+         [*CPU_SMALL, "framework=deepspeed", "parallelism.zero_stage=0"], CPU_RUN, measure=PROFILED, run_on_cpu=True),
+    Case("DeepSpeed ZeRO-2, 20 M Llama, bf16, MBS 4, seq 512", "deepspeed",
+         [*CPU_SMALL, "framework=deepspeed", "parallelism.zero_stage=2"], CPU_RUN, measure=PROFILED, run_on_cpu=True),
+    Case("DeepSpeed ZeRO-3, 20 M Llama, bf16, MBS 4, seq 512", "deepspeed",
+         [*CPU_SMALL, "framework=deepspeed", "parallelism.zero_stage=3"], CPU_RUN, measure=PROFILED, run_on_cpu=True),
+    Case("Transformers Trainer (DDP), 20 M Llama, bf16, MBS 4, seq 512", "transformers",
+         [*CPU_SMALL, "framework=transformers"], CPU_RUN, measure=PROFILED, run_on_cpu=True),
+    Case("Transformers Trainer + DeepSpeed ZeRO-3, 20 M Llama, bf16, MBS 4, seq 512", "transformers",
+         [*CPU_SMALL, "framework=transformers", "parallelism.zero_stage=3"], CPU_RUN, measure=PROFILED,
+         run_on_cpu=True),
+]
 
-def measured(case: Case, logs: Path) -> Optional[float]:
+
+def cpu_peak_gib(overrides: list) -> float:
+    """Train ``overrides`` through tprimat's launch path in this process under torch.profiler; the peak of the bytes
+    live in torch's CPU allocator (allocations minus frees, in time order) since the profiler started."""
+    import torch
+
+    from tprimat.execute.run import execute
+
+    overrides = [*overrides, "logging.wandb.mode=disabled"]
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with tempfile.TemporaryDirectory() as run_dir, torch.profiler.profile(activities=activities,
+                                                                        profile_memory=True) as prof:
+        outcome = execute(compose(overrides), Path(run_dir), overrides)
+        if outcome.status != "ok":
+            raise RuntimeError(f"{overrides}: {outcome.result.get('error')}")
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    live = peak = 0
+    for event in events:
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak / memory.GIB
+
+
+def run_here(case: Case) -> float:
+    """Each run in a fresh process (this script, ``--peak-of OVERRIDES``): one framework's globals and allocator
+    state never meet another's."""
+    proc = subprocess.run([sys.executable, __file__, "--peak-of", *case.overrides], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case.name}: {proc.stderr[-2000:]}")
+    return float(proc.stdout.strip().splitlines()[-1].removeprefix("peak_gib="))
+
+
+def measured(case: Case, logs: Path, cpu_runs: bool = True) -> Optional[float]:
+    if case.run_on_cpu:
+        return run_here(case) if cpu_runs else None
     if case.measured_gib is not None:
         return case.measured_gib
     path = logs / case.log
@@ -133,12 +197,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "logs"))
     parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
+    parser.add_argument("--no-cpu-runs", action="store_true", help="skip the cases measured by running them here")
+    parser.add_argument("--peak-of", nargs="+", metavar="OVERRIDE", help=argparse.SUPPRESS)  # one run, its peak
     args = parser.parse_args()
+    if args.peak_of:
+        print(f"peak_gib={cpu_peak_gib(args.peak_of)}")
+        return
     rows, errors = [], []
     for case in CASES:
-        got = measured(case, Path(args.logs))
+        got = measured(case, Path(args.logs), not args.no_cpu_runs)
         if got is None:
-            print(f"skipped {case.name}: {case.log} not found under {args.logs}")
+            print(f"skipped {case.name}: " + ("--no-cpu-runs" if case.run_on_cpu else
+                                              f"{case.log} not found under {args.logs}"))
             continue
         est = estimated(case)
         allocated = est.total_gib - est.overhead_gib  # the allocator does not count the context and workspaces

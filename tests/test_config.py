@@ -110,6 +110,7 @@ def test_methodologies_set_precision_and_parallelism():
     assert ds.parallelism.fsdp is False and ds.parallelism.zero_stage == 3
     trainer = compose_config(["platform=nvidia", "methodology=identical_config", "framework=transformers"])
     assert trainer.training.activation_checkpointing == "full"  # the Trainer recomputes whole layers or none
+    assert trainer.parallelism.zero_stage == 3 and trainer.parallelism.fsdp is False  # its DeepSpeed integration
 
 
 def test_maximum_performance_takes_the_frameworks_published_recipe():

@@ -1,4 +1,5 @@
-"""In-process frameworks for real on CPU: Hugging Face Transformers (Trainer, DDP) and DeepSpeed (ZeRO-2, ZeRO-3).
+"""In-process frameworks for real on CPU: Hugging Face Transformers (Trainer: DDP, ZeRO-3 through its DeepSpeed
+integration) and DeepSpeed (ZeRO-2, ZeRO-3).
 
 identical_config means the same hyperparameters reach every framework: the optimizer settings each backend
 reports are read back from its live optimizer and engine, and the learning rate of every recorded step must
@@ -66,12 +67,30 @@ def test_transformers_single_process(tmp_path):
     assert_spec_reached_the_framework(result)
 
 
-def test_transformers_data_parallel(tmp_path):
-    result = launched(tmp_path, "framework=transformers", "platform.devices_per_node=2")
+@pytest.fixture(scope="module")
+def trainer_ddp(tmp_path_factory):
+    return launched(tmp_path_factory.mktemp("trainer_ddp"), "framework=transformers", "platform.devices_per_node=2")
+
+
+def test_transformers_data_parallel(trainer_ddp):
+    result = trainer_ddp
     assert result["ranks"]["world_size"] == 2 and result["ranks"]["loss_max_abs_diff"] < 1e-6
     assert result["framework"]["effective"]["data_parallel_processes"] == 2
     assert result["framework"]["effective"]["grad_accum_steps"] == 1  # 8 = 4 x 2 ranks x 1
     assert_spec_reached_the_framework(result)
+
+
+def test_transformers_shards_with_its_deepspeed_integration(tmp_path, trainer_ddp):
+    """parallelism.zero_stage=3 under the Trainer: its own DeepSpeed integration (TrainingArguments(deepspeed=...)),
+    the engine reading back stage 3 and the generated config, tprimat's AdamW and schedule inside it, and the
+    same model, data and schedule as the Trainer's plain DDP run: the same losses up to bf16 rounding."""
+    result = launched(tmp_path, "framework=transformers", "parallelism.zero_stage=3", "platform.devices_per_node=2")
+    eff = result["framework"]["effective"]
+    assert eff["distributed_type"] == "DistributedType.DEEPSPEED" and eff["zero_stage"] == 3
+    assert eff["ds_config"]["zero_optimization"]["stage"] == 3 and eff["ds_config"]["train_batch_size"] == 8
+    assert result["ranks"]["loss_max_abs_diff"] < 1e-6
+    assert_spec_reached_the_framework(result)
+    assert [s["loss"] for s in result["steps"]] == pytest.approx([s["loss"] for s in trainer_ddp["steps"]], rel=2e-3)
 
 
 @pytest.mark.parametrize("stage", [2, 3])
@@ -97,8 +116,18 @@ def test_deepspeed_config_is_shown_by_a_dry_run(tmp_path):
 @pytest.mark.parametrize("framework,overrides,fragment", [
     ("transformers", ["platform.devices_per_node=2", "parallelism.tp=2"], "data parallelism only"),
     ("deepspeed", ["parallelism.fsdp=true"], "zero_stage"),
+    ("transformers", ["parallelism.fsdp=true"], "zero_stage"),
     ("native", ["parallelism.zero_stage=2"], "fsdp=true"),
 ])
 def test_backends_refuse_what_they_cannot_run(tmp_path, framework, overrides, fragment):
     out = run_inprocess(tmp_path, [*STEPS, f"framework={framework}", *overrides])
     assert out.status == "invalid" and fragment in out.result["error"]
+
+
+def test_deepspeed_runs_again_in_the_same_process(tmp_path):
+    """A sweep under Hydra's basic launcher runs its points in one process: a second DeepSpeed run (here the
+    Trainer's DeepSpeed integration after a DeepSpeed engine) must not meet the first one's destroyed group."""
+    for i, framework in enumerate(("deepspeed", "transformers")):
+        out = run_inprocess(tmp_path / str(i), [*STEPS, "training.max_steps=2", "training.optimizer.warmup_steps=1",
+                                                f"framework={framework}", "parallelism.zero_stage=3"])
+        assert out.status == "ok", out.result.get("error")

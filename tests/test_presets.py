@@ -52,16 +52,18 @@ def test_frameworks_selects_the_points_of_a_platform_preset(tmp_path):
     results = sweep(tmp_path, "experiment=nvidia_all", "frameworks=[deepspeed,transformers]")
     by = {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]): r for r in results}
     assert set(by) == {("deepspeed", "llama"), ("deepspeed", "qwen"), ("transformers", "llama"), ("transformers", "qwen")}
-    # the H100's tuned sharding and recompute, as each framework runs them: ZeRO-3; plain DDP with full recompute
+    # the H100's tuned sharding and recompute, as each framework runs them: ZeRO-3 (the Trainer through its DeepSpeed
+    # integration, recomputing full layers)
     assert by[("deepspeed", "llama")]["spec"]["parallelism"]["zero_stage"] == 3
     assert by[("deepspeed", "llama")]["spec"]["parallelism"]["fsdp"] is False
     assert by[("transformers", "qwen")]["spec"]["training"]["activation_checkpointing"] == "full"
+    assert by[("transformers", "qwen")]["spec"]["parallelism"]["zero_stage"] == 3
     assert all(r["plan"]["backend_problems"] == [] for r in results)
 
 
 @pytest.mark.parametrize("framework,fsdp,zero,recompute", [("native", True, 0, "selective"),
                                                            ("deepspeed", False, 3, "selective"),
-                                                           ("transformers", False, 0, "full"),
+                                                           ("transformers", False, 3, "full"),
                                                            ("megatron", False, 1, "selective"),
                                                            ("megatron_deepspeed", False, 1, "selective")])
 def test_maximum_performance_maps_the_tuned_settings_per_framework(framework, fsdp, zero, recompute):

@@ -39,14 +39,17 @@ def sharding_for(tuned_fsdp: bool, framework: str) -> bool:
 
 
 def zero_stage_for(tuned_fsdp: bool, framework: str) -> int:
-    """DeepSpeed shards with ZeRO-3; Megatron-LM, Primus and NeMo with their distributed optimizer (ZeRO-1);
-    Megatron-DeepSpeed with ZeRO-1 (its pipeline engine runs stage 0 or 1 only)."""
+    """DeepSpeed and the Transformers Trainer (through its DeepSpeed integration) shard with ZeRO-3; Megatron-LM,
+    Primus and NeMo with their distributed optimizer (ZeRO-1); Megatron-DeepSpeed with ZeRO-1 (its pipeline engine
+    runs stage 0 or 1 only)."""
     if not tuned_fsdp:
         return 0
-    return {"deepspeed": 3, "megatron": 1, "primus": 1, "nemo": 1, "megatron_deepspeed": 1}.get(framework, 0)
+    return {"deepspeed": 3, "transformers": 3, "megatron": 1, "primus": 1, "nemo": 1,
+            "megatron_deepspeed": 1}.get(framework, 0)
 
 
-SHARD_ALL_ZERO = {"deepspeed": 3, "megatron_deepspeed": 1}  # ZeRO-3; Megatron-DeepSpeed's pipeline engine: 0 or 1
+# ZeRO-3 (DeepSpeed, and the Trainer through its DeepSpeed integration); Megatron-DeepSpeed's pipeline engine: 0 or 1
+SHARD_ALL_ZERO = {"deepspeed": 3, "transformers": 3, "megatron_deepspeed": 1}
 
 
 GPU_PLATFORMS = ("nvidia", "amd")  # platform=cpu / auto (a development run): no sharding, no recompute
@@ -54,8 +57,8 @@ GPU_PLATFORMS = ("nvidia", "amd")  # platform=cpu / auto (a development run): no
 
 def shard_all_fsdp(framework: str, platform: str) -> bool:
     """methodology=identical_config on a GPU platform: every framework shards the model state as fully as it can;
-    FSDP (FSDP2, or Megatron FSDP for Megatron-LM, Primus and NeMo) where it has it. The Transformers Trainer's
-    backend refuses it by name (plain DDP here)."""
+    FSDP (FSDP2, or Megatron FSDP for Megatron-LM, Primus and NeMo) where it has it, else ZeRO
+    (``SHARD_ALL_ZERO``)."""
     return platform in GPU_PLATFORMS and framework not in SHARD_ALL_ZERO
 
 

@@ -10,9 +10,13 @@ framework, rank layout and repeat. The schedule is Megatron-LM's: linear warm-up
 from __future__ import annotations
 
 import math
+import os
+import sys
+import tempfile
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from tprimat.measure.step import StepFn, run_measured
@@ -100,11 +104,43 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 def optimizer_settings(optimizer) -> dict:
     """What an optimizer actually holds (unwrapping Accelerate / DeepSpeed wrappers): class, betas, eps, decay."""
-    groups = optimizer.param_groups
-    return {"optimizer": type(getattr(optimizer, "optimizer", optimizer)).__name__, "betas": list(groups[0]["betas"]),
+    groups, inner = optimizer.param_groups, optimizer
+    while hasattr(inner, "optimizer"):
+        inner = inner.optimizer  # Accelerate's wrapper around DeepSpeed's ZeRO optimizer around the torch one
+    return {"optimizer": type(inner).__name__, "betas": list(groups[0]["betas"]),
             "eps": groups[0]["eps"], "weight_decay": max(g["weight_decay"] for g in groups)}
 
 
 def batch_phrase(micro_batch_size: int, seq_length: int, dp: int, grad_accum_steps: int, precision: str) -> str:
     return (f"{dp} data-parallel process(es), {grad_accum_steps} x {micro_batch_size} sequences of {seq_length} "
             f"per device and step, {precision}")
+
+
+class single_process_group:
+    """DeepSpeed (alone or under the Trainer) always needs torch.distributed: a one-rank group on loopback when
+    tprimat runs one process."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.created, self.tmp = device, False, None
+
+    def __enter__(self):
+        if not dist.is_initialized():
+            self.tmp = tempfile.TemporaryDirectory()
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1")):
+                os.environ.setdefault(key, value)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    init_method=f"file://{self.tmp.name}/rendezvous", rank=0, world_size=1)
+            self.created = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.created:
+            dist.destroy_process_group()
+            self.tmp.cleanup()
+            # DeepSpeed keeps a clone of the world group it was first given (deepspeed.utils.groups._WORLD_GROUP);
+            # forget it with the group it belonged to, or the next run in this process (a sweep point) fails.
+            groups = sys.modules.get("deepspeed.utils.groups")
+            if groups is not None:
+                groups._WORLD_GROUP = None
+        return False

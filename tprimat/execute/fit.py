@@ -23,7 +23,8 @@ from tprimat.spec.validate import validate
 # (parallelism.fsdp, parallelism.zero_stage) each framework can run
 SHARDINGS = {"native": ((False, 0), (True, 0)), "torchtitan": ((False, 0), (True, 0)),
              "deepspeed": ((False, 1), (False, 2), (False, 3)), "megatron_deepspeed": ((False, 0), (False, 1)),
-             "transformers": ((False, 0),), **{name: ((False, 0), (False, 1), (True, 0)) for name in MEGATRON_CORE}}
+             "transformers": ((False, 0), (False, 1), (False, 2), (False, 3)),
+             **{name: ((False, 0), (False, 1), (True, 0)) for name in MEGATRON_CORE}}
 FIXED = ("parallelism.dp", "parallelism.vp", "parallelism.sequence_parallel")  # set, not varied (SP follows tp)
 ENVIRONMENT = "framework.path"  # a backend's complaint about this machine, not about the layout
 RECOMPUTE = {"transformers": ("none", "full")}  # the others: none, selective, full
@@ -105,10 +106,7 @@ def what_fits(spec: TprimatConf, hw: DetectedHardware) -> str:
     """The clause a memory refusal ends with: the nearest layouts that fit, or that none does."""
     found = nearest(spec, hw)
     if not found:
-        shardings = SHARDINGS.get(spec.framework.name, ((False, 0),))
-        why = (f": it shards no model state here, and its unsharded weights, gradients and optimizer alone take "
-               f"{states_gib(spec):.1f} GiB; train this model here with a framework that shards (native, "
-               "deepspeed, megatron)") if shardings == ((False, 0),) else " (tp, pp, cp, sharding and recompute tried)"
         return (f"; no layout of framework={spec.framework.name} fits {spec.model.name} at micro_batch_size="
-                f"{spec.training.micro_batch_size} here{why}")
+                f"{spec.training.micro_batch_size} here (tp, pp, cp, sharding and recompute tried; the weights, "
+                f"gradients and optimizer state alone take {states_gib(spec):.1f} GiB at this layout)")
     return "; fits with " + " or ".join(f.text(f.changed or None) for f in found)

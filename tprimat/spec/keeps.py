@@ -20,17 +20,30 @@ class Keeps:
     shards_over_cp: bool  # the sharded state divides over dp * cp (else dp)
     activations: str  # "megatron" (Megatron-core's saved tensors) | "torch" (the native decoder's, traced)
     source: str
+    bucket_elements: int = 0  # a gradient-reduction buffer allocated whole, in the gradients' dtype (DeepSpeed ZeRO)
 
 
 MEGATRON_CORE = ("megatron", "primus", "nemo")
+# DeepSpeed's zero_optimization.reduce_bucket_size default (deepspeed/runtime/zero/config.py), which tprimat's
+# generated config states: ZeRO 1-3 allocate one bucket of this many elements in the gradients' dtype whatever the
+# model's size (runtime/zero/stage3.py: the IPG bucket; stage_1_and_2.py setup_buckets), 0.93 GiB in bf16.
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+
+
+def deepspeed_bucket(spec: TprimatConf) -> int:
+    """Elements of the reduce bucket the DeepSpeed engine (framework=deepspeed, or the Trainer's DeepSpeed
+    integration) allocates under ZeRO 1-3; none at stage 0. (Megatron-DeepSpeed's bf16 pipeline engine runs
+    DeepSpeed's BF16_Optimizer, not this path.)"""
+    engine = spec.framework.name in ("deepspeed", "transformers")
+    return DEEPSPEED_REDUCE_BUCKET_ELEMENTS if engine and spec.parallelism.zero_stage else 0
 
 
 def of(spec: TprimatConf) -> Keeps:
-    name, tr = spec.framework.name, spec.training
+    name, tr, bucket = spec.framework.name, spec.training, deepspeed_bucket(spec)
     if tr.precision == "fp32":
         return Keeps(4, 4, 8, 0, name in (*MEGATRON_CORE, "torchtitan"),
                      "megatron" if name in (*MEGATRON_CORE, "megatron_deepspeed") else "torch",
-                     "fp32 training: fp32 weights and gradients, Adam's two fp32 moments")
+                     "fp32 training: fp32 weights and gradients, Adam's two fp32 moments", bucket)
     if name in MEGATRON_CORE:
         grads = 4 if tr.grad_reduce_in_fp32 else 2
         return Keeps(2, grads, 12, 1 if tr.precision == "fp8" else 0, True, "megatron", MEGATRON_SOURCE)
@@ -38,10 +51,12 @@ def of(spec: TprimatConf) -> Keeps:
         return Keeps(2, 4, 12, 0, False, "megatron",
                      "Megatron-DeepSpeed: bf16 model, DeepSpeed's bf16 optimizer with fp32 gradient accumulation "
                      "and fp32 master + moments (ZeRO-1 over dp)")
-    if name == "deepspeed":
+    if name == "deepspeed" or (name == "transformers" and spec.parallelism.zero_stage):
         return Keeps(2, 2, 12, 0, False, "torch",
-                     "DeepSpeed bf16 (the engine casts the module to bf16): 2 + 2 + 12 B per parameter, the ZeRO "
-                     "paper's mixed-precision accounting (Rajbhandari et al. 2020, K = 12), stage 1-3 sharding over dp")
+                     "DeepSpeed bf16 (the engine casts the module to bf16; the Transformers Trainer's DeepSpeed "
+                     "integration hands it the same engine): 2 + 2 + 12 B per parameter, the ZeRO paper's "
+                     "mixed-precision accounting (Rajbhandari et al. 2020, K = 12), stage 1-3 sharding over dp, and "
+                     "ZeRO 1-3's reduce bucket (reduce_bucket_size elements, deepspeed/runtime/zero)", bucket)
     if name == "torchtitan":
         return Keeps(4, 4, 8, 0, True, "torch",
                      "torchtitan FSDP2: fp32 sharded parameters and gradients (MixedPrecisionPolicy param_dtype bf16, "

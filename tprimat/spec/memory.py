@@ -4,6 +4,8 @@ An estimate for planning (will it fit?), not a measurement. What each framework 
 (``tprimat.spec.keeps``: weights, gradient buffer and its dtype, master weights and Adam moments, the group the
 sharded state divides over, fp8 weight copies, which activation model applies). Assumptions, stated so they can
 be checked:
+- DeepSpeed's ZeRO 1-3 add one gradient-reduction bucket of ``reduce_bucket_size`` elements (5e8, 0.93 GiB in
+  bf16) whatever the model's size (``keeps.DEEPSPEED_REDUCE_BUCKET_ELEMENTS``).
 - Sharding: fsdp (FSDP2, Megatron FSDP) / ZeRO-3 shard all three; ZeRO-2 gradients and optimizer; ZeRO-1 (Megatron's
   distributed optimizer) the optimizer; over dp, or dp * cp where the framework's data-parallel group holds the
   context-parallel ranks too (Megatron-core, torchtitan).
@@ -74,7 +76,7 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
     linear = stage_linear_params(spec) / par.tp
     unit = fsdp_unit_params(spec) / par.tp if keep.activations == "torch" and stage >= 3 and group > 1 else 0.0
     weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes + unit * 2
-    grads = params * keep.grad_bytes / g_shard + unit * 4
+    grads = params * keep.grad_bytes / g_shard + unit * 4 + keep.bucket_elements * keep.grad_bytes
     overhead = 0.5 if spec.platform.name == "cpu" else 1.5
     activations = (megatron_activation_bytes(spec, grad_accum_steps) if keep.activations == "megatron"
                    else activation_bytes(spec, grad_accum_steps))

@@ -5,9 +5,6 @@ tprimat's own, handed to the engine, so every framework follows the same learnin
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -22,6 +19,7 @@ from tprimat.backends.common import (
     param_groups,
     pick_device,
     run_repeats,
+    single_process_group,
 )
 from tprimat.backends.ds.config import engine_config
 from tprimat.backends.native.model import Decoder
@@ -123,30 +121,6 @@ class DeepSpeedBackend(Backend):
 
         with single_process_group(device):
             return RunOutcome(effective=run_repeats(spec, run_once))
-
-
-class single_process_group:
-    """DeepSpeed always needs torch.distributed: a one-rank group on loopback when tprimat runs one process."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.created, self.tmp = device, False, None
-
-    def __enter__(self):
-        if not dist.is_initialized():
-            self.tmp = tempfile.TemporaryDirectory()
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1")):
-                os.environ.setdefault(key, value)
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
-                                    init_method=f"file://{self.tmp.name}/rendezvous", rank=0, world_size=1)
-            self.created = True
-        return self
-
-    def __exit__(self, *exc):
-        if self.created:
-            dist.destroy_process_group()
-            self.tmp.cleanup()
-        return False
 
 
 BACKEND = DeepSpeedBackend()

@@ -4,6 +4,7 @@ torch or deepspeed import: dry runs write it on any machine."""
 
 from __future__ import annotations
 
+from tprimat.spec.keeps import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -20,6 +21,8 @@ def engine_config(spec: TprimatConf, plan: Plan) -> dict:
         "steps_per_print": 10**9,  # the training loop logs every step itself
         "wall_clock_breakdown": False,
     }
+    if spec.parallelism.zero_stage:  # DeepSpeed's default, stated: the memory estimate counts this bucket
+        config["zero_optimization"]["reduce_bucket_size"] = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     if spec.parallelism.zero_stage == 3:
         config["zero_optimization"].update({"stage3_param_persistence_threshold": 0, "contiguous_gradients": True})
     return config

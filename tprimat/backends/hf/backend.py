@@ -1,6 +1,8 @@
 """Framework ``transformers``: the HF Trainer on the same synthetic data, optimizer and schedule as every
 other backend (tprimat's AdamW and warm-up + cosine schedule are handed to the Trainer), with a callback that
-turns each optimizer step into tprimat's step record. Data parallelism through the same launch path."""
+turns each optimizer step into tprimat's step record. Data parallelism through the same launch path: plain DDP,
+or the Trainer's own DeepSpeed integration (``TrainingArguments(deepspeed=...)``) with ZeRO 1-3 from
+``parallelism.zero_stage``, its config generated from the spec as for framework=deepspeed."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from tprimat.backends.common import (
     pick_device,
     run_repeats,
     set_lr,
+    single_process_group,
 )
+from tprimat.backends.ds.config import engine_config
 from tprimat.measure.step import MemoryProbe, StepClock
 from tprimat.results.records import StepRecord
 from tprimat.spec.plan import Plan
@@ -61,7 +65,8 @@ class TransformersBackend(Backend):
         from tprimat.backends.hf.model import CLASSES
 
         tr = spec.training
-        return (f"Hugging Face {CLASSES[spec.model.family][1]} (random init, sdpa) trained by the Trainer: "
+        zero = f" with DeepSpeed ZeRO-{spec.parallelism.zero_stage}" if spec.parallelism.zero_stage else ""
+        return (f"Hugging Face {CLASSES[spec.model.family][1]} (random init, sdpa) trained by the Trainer{zero}: "
                 + batch_phrase(tr.micro_batch_size, tr.seq_length, plan.dp, plan.grad_accum_steps, tr.precision))
 
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
@@ -69,9 +74,9 @@ class TransformersBackend(Backend):
         if plan.tp > 1 or plan.pp > 1 or plan.cp > 1:
             problems.append(f"parallelism.tp={plan.tp}, pp={plan.pp}, cp={plan.cp}: framework=transformers runs data "
                             "parallelism only (use framework=native for TP/PP)")
-        if par.fsdp or par.zero_stage:
-            problems.append("parallelism.fsdp / zero_stage: framework=transformers runs plain DDP here; shard with "
-                            "framework=native (fsdp) or framework=deepspeed (zero_stage)")
+        if par.fsdp:
+            problems.append("parallelism.fsdp=true: framework=transformers shards through its DeepSpeed integration "
+                            "here; set parallelism.zero_stage (1-3) instead")
         if spec.training.precision == "fp8":
             problems.append("training.precision=fp8: framework=transformers trains in bf16 or fp32")
         if spec.training.activation_checkpointing == "selective":
@@ -79,8 +84,15 @@ class TransformersBackend(Backend):
                             "use none or full")
         return problems
 
+    def generated_config(self, spec: TprimatConf, plan: Plan) -> dict:
+        return engine_config(spec, plan) if spec.parallelism.zero_stage else {}
+
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
-        return RunOutcome(effective=run_repeats(spec, lambda repeat: self._run_once(spec, plan, on_step, repeat)))
+        run_once = lambda repeat: self._run_once(spec, plan, on_step, repeat)  # noqa: E731
+        if not spec.parallelism.zero_stage:
+            return RunOutcome(effective=run_repeats(spec, run_once))
+        with single_process_group(pick_device(spec)):  # DeepSpeed needs a process group even on one rank
+            return RunOutcome(effective=run_repeats(spec, run_once))
 
     def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
         from tprimat.backends.hf.model import build_model
@@ -89,18 +101,18 @@ class TransformersBackend(Backend):
         device = pick_device(spec)
         torch.manual_seed(tr.seed)
         model = build_model(spec.model)
-        optimizer = build_optimizer(model, tr)
-        set_lr(optimizer, tr.optimizer.lr)  # LambdaLR scales this base lr by lr_at(step) / lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, tr) / tr.optimizer.lr)
         recorder = step_recorder(spec, plan, device, on_step, repeat)
         with tempfile.TemporaryDirectory() as out:
             args = training_arguments(spec, plan, device, out)
-            trainer = sequential_trainer()(model=model, args=args, train_dataset=SyntheticDataset(spec, tr.max_steps),
-                                           optimizers=(optimizer, scheduler), callbacks=[recorder])
+            trainer = sequential_trainer(tr)(model=model, args=args,
+                                             train_dataset=SyntheticDataset(spec, tr.max_steps), callbacks=[recorder])
             trainer.train()
             effective = effective_settings(trainer.optimizer, args, "tprimat warmup_cosine (LambdaLR)")
             effective["distributed_type"] = str(trainer.accelerator.distributed_type)
             effective["data_parallel_processes"] = trainer.accelerator.num_processes
+            if trainer.is_deepspeed_enabled:
+                effective["zero_stage"] = trainer.model_wrapped.zero_optimization_stage()
+                effective["ds_config"] = args.hf_deepspeed_config.config
             return effective
 
 
@@ -115,16 +127,32 @@ def training_arguments(spec: TprimatConf, plan: Plan, device: torch.device, outp
         bf16=tr.precision == "bf16", use_cpu=device.type == "cpu", seed=tr.seed, data_seed=tr.seed,
         logging_steps=1, logging_first_step=True, save_strategy="no", report_to=[],
         gradient_checkpointing=tr.activation_checkpointing == "full", torch_compile=tr.compile,
-        dataloader_num_workers=0, disable_tqdm=True, ddp_find_unused_parameters=False)
+        dataloader_num_workers=0, disable_tqdm=True, ddp_find_unused_parameters=False,
+        deepspeed=engine_config(spec, plan) if spec.parallelism.zero_stage else None)
 
 
-def sequential_trainer():
-    """The Trainer, reading the synthetic dataset in order (so every step sees the native backend's batch)."""
+def sequential_trainer(tr):
+    """The Trainer, reading the synthetic dataset in order (so every step sees the native backend's batch), with
+    tprimat's AdamW and warm-up + cosine schedule. They are built where the Trainer asks for its own
+    (``create_optimizer`` / ``create_scheduler``), since it refuses ready-made ones under DeepSpeed, whose engine
+    then wraps them."""
     from transformers import Trainer
 
     class SequentialTrainer(Trainer):
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
+
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                self.optimizer = build_optimizer(model or self.model, tr)
+                set_lr(self.optimizer, tr.optimizer.lr)  # LambdaLR scales this base lr by lr_at(step) / lr
+            return self.optimizer
+
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer,
+                                                                      lambda s: lr_at(s, tr) / tr.optimizer.lr)
+            return self.lr_scheduler
 
     return SequentialTrainer
 
