@@ -241,3 +241,17 @@ def test_the_default_matrix_is_never_refused_for_memory():
                             refused.append((gpu, model, methodology, name, point.reason))
     assert points == 216
     assert refused == []
+
+
+@pytest.mark.parametrize("platform,gpu", [("amd", "mi300x"), ("amd", "mi325x"), ("amd", "mi355x"),
+                                          ("nvidia", "h100"), ("nvidia", "h200"), ("nvidia", "b200")])
+def test_the_design_cards_command_plans_on_every_gpu_its_platform_names(platform, gpu):
+    """`python launch.py platform=amd model=llama methodology=identical_config` (and its NVIDIA twin), with the GPU
+    named: validated and planned, memory checked (the issue's MI300X refusal: 208.8 GiB over 192)."""
+    from tprimat.compose import Composer
+    from tprimat.sweep.plan import plan_point
+
+    point = plan_point(Composer().compose, [f"platform={platform}", f"platform.gpu={gpu}", "model=llama",
+                                            "methodology=identical_config", "dry_run=true"], HOST, suggest=True)
+    assert point.valid and point.reason == ""
+    assert point.device_memory_gib is not None and point.memory_estimate_gib <= point.device_memory_gib
