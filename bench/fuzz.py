@@ -208,16 +208,20 @@ def run_overrides() -> list[str]:
     hw, failures = detect(), []
     refusals = (SpecError, KeyError)
     for override in BAD_OVERRIDES:
+        key = override.partition("=")[0].lstrip("+~")[:60]
         try:
             plain = compose([override, "dry_run=true"])
-            validate(build_spec(plain, hw), hw, dry_run=True)
-        except refusals:
-            continue
+            said = " ".join(validate(build_spec(plain, hw), hw, dry_run=True))
+        except refusals as exc:
+            said = str(exc)
         except Exception as exc:  # noqa: BLE001 - Hydra and OmegaConf refuse with their own errors, by the key
             name = type(exc).__module__ + "." + type(exc).__name__
-            if name.startswith(("hydra.", "omegaconf.")):
+            if not name.startswith(("hydra.", "omegaconf.")):
+                failures.append(f"override {override[:60]!r}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
-            failures.append(f"override {override[:60]!r}: {type(exc).__name__}: {str(exc)[:200]}")
+            said = str(exc)
+        if said and key not in said.replace("/", "."):  # a refusal names the key typed (Hydra: 'model/nope')
+            failures.append(f"override {override[:60]!r}: refused without naming {key}: {said[:200]}")
     return failures
 
 

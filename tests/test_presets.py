@@ -91,3 +91,18 @@ def test_the_seeds_matrix_plans_on_the_seeds_hardware(tmp_path, platform, framew
             assert layout == ("bf16", 4) and plan["dp"] == 2 and spec["parallelism"]["pp"] == 1
         else:
             assert layout == tuned
+
+
+def test_plan_expands_a_presets_own_sweep():
+    """`tprimat plan experiment=seed_llama_qwen ...` plans the preset's matrix (its hydra.sweeper.params, the
+    `frameworks` list resolved) as launch.py's multirun would; it used to be refused as an unknown key."""
+    from tprimat.compose import expand
+
+    points = expand(["experiment=seed_llama_qwen", "platform=amd", "platform.gpu=mi300x", "frameworks=[primus]"])
+    assert sorted(" ".join(p) for p in points) == sorted(
+        f"experiment=seed_llama_qwen platform=amd platform.gpu=mi300x frameworks=[primus] model={m} "
+        f"framework=primus methodology={x}" for m in ("llama", "qwen")
+        for x in ("maximum_performance", "identical_config"))
+    typed = expand(["experiment=seed_llama_qwen", "model=qwen"])  # the command line wins for a key it names
+    assert {p[-1] for p in typed} == {"methodology=maximum_performance", "methodology=identical_config"}
+    assert all("model=qwen" in p for p in typed) and len(typed) == 4

@@ -47,6 +47,10 @@ BAD = [
     (["methodology.name=fastest"], ["methodology.name=fastest", "maximum_performance, identical_config"]),
     (["parallelism.pp_schedule=zb"], ["parallelism.pp_schedule=zb", "gpipe, 1f1b"]),
     (["training.micro_batch_size=0"], ["training.micro_batch_size=0", "must be >= 1"]),
+    # a size past any real model is named, not estimated (the issue: 184,706 GiB "per device" for this one)
+    (["model.hidden_size=1048576"], ["model.hidden_size=1048576", "must be <= 65,536"]),
+    (["model.num_layers=100000"], ["model.num_layers=100000", "must be <= 1,024"]),
+    (["training.seq_length=100000000"], ["training.seq_length=100000000", "must be <= 33,554,432"]),
     (["benchmark.repeats=0"], ["benchmark.repeats=0", "must be >= 1"]),
     (["benchmark.warmup_steps=-1"], ["benchmark.warmup_steps=-1", "must be >= 0"]),
     (["training.optimizer.lr=0"], ["training.optimizer.lr=0", "must be > 0"]),
@@ -228,3 +232,49 @@ def test_an_unclosed_interpolation_names_the_key_typed(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("invalid: run_name=${foo: an interpolation ${...} is not closed (a } is missing); "
                                    "quote the value if the text is meant literally")
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_wandb_online_but_unreachable_is_one_line_before_training_or_goes_on_offline(monkeypatch, tmp_path):
+    """A W&B server that does not answer (here a closed loopback port): refused in one line before any step,
+    with a result written; with logging.wandb.offline_if_unreachable=true the run goes on offline and says so."""
+    from tests.conftest import run_inprocess
+
+    monkeypatch.setenv("WANDB_API_KEY", "0123456789abcdef0123456789abcdef01234567")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    steps = ["training.max_steps=2", "training.optimizer.warmup_steps=1", "benchmark.warmup_steps=1",
+             "logging.wandb.mode=online"]
+    refused = run_inprocess(tmp_path / "refused", steps)
+    assert refused.status == "invalid" and refused.result["steps"] == []
+    assert refused.result["error"].startswith("logging.wandb.mode=online: W&B unreachable (127.0.0.1:")
+    assert "logging.wandb.offline_if_unreachable=true" in refused.result["error"]
+    assert (tmp_path / "refused" / "result.json").exists()
+    went_on = run_inprocess(tmp_path / "offline", [*steps, "logging.wandb.offline_if_unreachable=true"])
+    assert went_on.status == "ok" and went_on.result["wandb"]["mode"] == "offline"
+    assert any(w.startswith("logging.wandb.mode=online: W&B unreachable") for w in went_on.result["warnings"])
+
+
+@pytest.mark.parametrize("override,said", [
+    ("run_name=${foo", "invalid: run_name=${foo: an interpolation ${...} is not closed"),
+    ("experiment=nope", "invalid: experiment=nope: no such preset in conf/experiment; known: amd_all, nvidia_all"),
+])
+def test_plan_and_project_refuse_a_bad_override_in_one_line(override, said):
+    """`tprimat plan` crashed on Hydra's grammar error and called an unknown preset an unknown key: both entry
+    points now say what launch.py says, exit 2."""
+    import contextlib
+    import io
+
+    from tprimat.cli import main
+
+    for command in (["plan"], ["project"], ["plan", "--best"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as code:
+            main([*command, override])
+        assert code.value.code == 2 and out.getvalue().strip().startswith(said), out.getvalue()

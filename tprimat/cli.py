@@ -59,13 +59,17 @@ def said_once(problems: list[str]) -> list[str]:
 
 
 def plan(args) -> int:
-    from tprimat.compose import Composer, expand
+    from tprimat.compose import Composer, OverrideError, expand
     from tprimat.sweep.plan import plan_sweep, print_points, write_csv
 
     if args.best:
         return plan_best(list(args.overrides))
-
-    points = plan_sweep(expand(list(args.overrides)), Composer().compose, deep=args.deep)
+    try:
+        expanded = expand(list(args.overrides))
+    except OverrideError as exc:
+        print(f"invalid: {exc}")
+        return 2
+    points = plan_sweep(expanded, Composer().compose, deep=args.deep)
     print_points(points)
     if args.out:
         print(f"wrote {write_csv(points, Path(args.out))}")
@@ -83,8 +87,8 @@ def plan_best(overrides: list[str]) -> int:
     hw = detect()
     try:
         spec = build_spec(compose(overrides), hw)
-    except SpecError as exc:
-        print(exc.problems[0])
+    except SpecError as exc:  # an OverrideError too
+        print(f"invalid: {exc.problems[0]}")
         return 2
     if spec.platform.name != "cpu" and spec.platform.gpu is None:
         print("platform.gpu is null: name the device to plan against (platform.gpu=h100, mi300x, ...)")
@@ -100,7 +104,7 @@ def plan_best(overrides: list[str]) -> int:
 
 def project(args) -> int:
     """Each point's projection on its target device (the same overrides as launch.py, sweep syntax too)."""
-    from tprimat.compose import Composer, expand
+    from tprimat.compose import Composer, OverrideError, expand
     from tprimat.execute.prepare import prepare
     from tprimat.execute.project import print_projection, projection_of, read_preflight
     from tprimat.measure.devices import detect
@@ -112,8 +116,13 @@ def project(args) -> int:
     except (OSError, ValueError) as exc:
         print(f"--preflight: {exc}")
         return 2
+    try:
+        expanded = expand(list(args.overrides))
+    except OverrideError as exc:
+        print(f"invalid: {exc}")
+        return 2
     bad, compose, out = 0, Composer().compose, []
-    for overrides in expand(list(args.overrides)):
+    for overrides in expanded:
         label = " ".join(overrides) or "(defaults)"
         try:
             spec = build_spec(compose(overrides), hw)

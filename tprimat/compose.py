@@ -17,10 +17,46 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from tprimat.spec import recipes
+from tprimat.spec.build import SpecError
 from tprimat.spec.schema import TprimatConf
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
-GROUPS = {"platform", "model", "framework", "methodology", "parallelism", "training", "benchmark", "logging"}
+GROUPS = {"platform", "model", "framework", "methodology", "parallelism", "training", "benchmark", "logging",
+          "experiment"}
+MAX_OVERRIDE_CHARS = 1000
+
+
+class OverrideError(SpecError):
+    """An override refused before composition, in one line that names the key the user typed."""
+
+    def __init__(self, problem: str):
+        super().__init__([problem])
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
+def unknown_preset(name: str) -> str:
+    return f"experiment={name}: no such preset in conf/experiment; known: {', '.join(presets())}"
+
+
+def check_overrides(overrides: list[str], presets_too: bool = True) -> None:
+    """What Hydra would refuse naming no key (its grammar's "mismatched input '{'"), turn into a file name (an
+    override of a pasted file) or ignore silently (an unknown ``experiment``, an optional default): refused here,
+    one line each, for every entry point (``launch.py``, ``tprimat plan`` / ``project``, sweeps)."""
+    for arg in overrides:
+        key, eq, value = arg.partition("=")
+        if len(arg) > MAX_OVERRIDE_CHARS:
+            raise OverrideError(f"{key[:60]}=<{len(value)} characters>: an override must be at most "
+                                f"{MAX_OVERRIDE_CHARS} characters")
+        if eq and value.count("${") > value.count("}"):
+            raise OverrideError(f"{key}={value[:80]}: an interpolation ${{...}} is not closed (a }} is missing); "
+                                "quote the value if the text is meant literally")
+        if eq and presets_too and key.lstrip("+") == "experiment":
+            for name in value.split(","):
+                if name and name not in presets():
+                    raise OverrideError(unknown_preset(name))
 
 
 def register_configs() -> None:
@@ -108,6 +144,7 @@ def to_plain(cfg: DictConfig, resolve: bool = True) -> dict:
 def hydra_compose(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
+    check_overrides(list(overrides))
     register_configs()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides=list(overrides))
@@ -119,11 +156,33 @@ def compose(overrides: list[str] = ()) -> dict:
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
-    """Every point of a sweep (cartesian product), in Hydra's BasicSweeper order."""
+    """Every point of a sweep (cartesian product), in Hydra's BasicSweeper order; a preset's own sweep
+    (``hydra.sweeper.params`` of ``experiment=...``) joins the command line's, which wins for a key it names."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+    check_overrides(list(overrides))
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(list(overrides))
+    typed = {o.key_or_group for o in parsed}
+    params = [f"{key}={value}" for key, value in preset_sweep(parsed).items() if key not in typed]
+    return [point for batch in BasicSweeper.split_arguments(parsed + parser.parse_overrides(params), None)
+            for point in batch]
+
+
+def preset_sweep(parsed: list) -> dict:
+    """The sweep a preset declares (``hydra.sweeper.params``), resolved against the run's config (a preset sweeps
+    ``framework: ${tprimat.join:${frameworks}}``); empty without ``experiment=``."""
+    if not any(o.key_or_group.lstrip("+") == "experiment" for o in parsed):
+        return {}
+    from hydra import compose as hydra_compose_with_hydra
+    from hydra import initialize_config_dir
+
+    register_configs()
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = hydra_compose_with_hydra("config", overrides=fixed, return_hydra_config=True)
+    params = OmegaConf.select(cfg, "hydra.sweeper.params")
+    return {} if params is None else {str(k): str(v) for k, v in OmegaConf.to_container(params, resolve=True).items()}
 
 
 class Composer:

@@ -14,7 +14,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from tprimat.compose import CONFIG_DIR, register_configs, to_plain
+from tprimat.compose import CONFIG_DIR, OverrideError, check_overrides, presets, register_configs, to_plain, unknown_preset
 from tprimat.execute.claim import DirectoryClaimed, claim
 from tprimat.execute.run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, execute, refuse_config
 
@@ -54,10 +54,6 @@ class ClaimDirectory(Callback):
             sys.exit(EXIT_FAILED)
 
 
-def presets() -> list[str]:
-    return sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
-
-
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def task(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
@@ -67,7 +63,7 @@ def task(cfg: DictConfig) -> int:
     preset = hydra_cfg.runtime.choices.get("experiment")
     try:
         if preset is not None and preset not in presets():
-            raise ValueError(f"experiment={preset}: no such preset in conf/experiment; known: {', '.join(presets())}")
+            raise ValueError(unknown_preset(preset))
         plain = to_plain(cfg)
     except OmegaConfBaseException as exc:  # ${missing.key}, ${oc.env:UNSET}, a resolved value of the wrong type
         outcome = refuse_config(f"cannot resolve the config: {one_line(exc)}", run_dir, overrides)
@@ -83,9 +79,6 @@ def task(cfg: DictConfig) -> int:
     return outcome.exit_code
 
 
-MAX_OVERRIDE_CHARS = 1000
-
-
 def task_overrides(hydra_cfg) -> list[str]:
     """The command line's overrides as typed: not resolved (``${...}`` in one is the user's text)."""
     return [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
@@ -96,26 +89,14 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
 
 
-def refuse_long_overrides(argv: list[str]) -> None:
-    """An override longer than any real value (a pasted file, a runaway script) is refused before Hydra turns
-    it into a file name: one line, exit 2."""
-    for arg in argv:
-        if len(arg) > MAX_OVERRIDE_CHARS:
-            key = arg.partition("=")[0][:60]
-            print(f"invalid: {key}=<{len(arg) - len(key) - 1} characters>: an override must be at most "
-                  f"{MAX_OVERRIDE_CHARS} characters", file=sys.stderr)
-            sys.exit(EXIT_INVALID)
-
-
-def refuse_unclosed_interpolations(argv: list[str]) -> None:
-    """``run_name=${foo`` would get Hydra's grammar error ("mismatched input '{'"), naming no key: refused here in
-    one line naming the key the user typed, exit 2."""
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if eq and value.count("${") > value.count("}"):
-            print(f"invalid: {key}={value[:80]}: an interpolation ${{...}} is not closed (a }} is missing); quote "
-                  "the value if the text is meant literally", file=sys.stderr)
-            sys.exit(EXIT_INVALID)
+def refuse_bad_overrides(argv: list[str]) -> None:
+    """``tprimat.compose.check_overrides`` before Hydra sees the command line: one line, exit 2 (an unknown
+    preset is refused later, in ``task``, with a result written)."""
+    try:
+        check_overrides([arg for arg in argv if not arg.startswith("-")], presets_too=False)
+    except OverrideError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
 
 
 def sweep_group(sweep_dir: Path) -> str:
@@ -126,8 +107,7 @@ def sweep_group(sweep_dir: Path) -> str:
 def main() -> None:
     from tprimat.execute.distributed import rank_env
 
-    refuse_long_overrides(sys.argv[1:])
-    refuse_unclosed_interpolations(sys.argv[1:])
+    refuse_bad_overrides(sys.argv[1:])
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only
         sys.argv.append("hydra.output_subdir=null")

@@ -170,7 +170,10 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     if problems:
         return _invalid(problems, run_dir, common, common["spec"], plan_dict, framework)
     is_writer = env is None or env.rank == 0
-    sink = _wandb_sink(spec, run_dir, common) if is_writer else None
+    wandb_mode, notes = _wandb_mode(spec) if is_writer else (spec.logging.wandb.mode, [])
+    if wandb_mode is None:
+        return _invalid(notes, run_dir, common, common["spec"], plan_dict, framework)
+    sink = _wandb_sink(spec, run_dir, common, wandb_mode) if is_writer else None
     spawned = plan.world_size > 1 and env is None and not prepared.backend.launches_own_ranks
     sampler, telemetry = _sampler(spec, plan.world_size, spawned) if is_writer else (None, None)
     header = {"run_id": common["run_id"], "spec": common["spec"], "spec_hash": common["spec_hash"],
@@ -188,7 +191,7 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     if sampler:
         sampler.stop()
         telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup), plan.world_size)
-    result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common)
+    result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common, notes)
     return _finish(result, run_dir, EXIT_OK if result["status"] == "ok" else EXIT_FAILED)
 
 
@@ -229,13 +232,13 @@ def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observ
 
 
 def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, framework: dict, telemetry,
-                     sink, common: dict) -> dict:
+                     sink, common: dict, notes: list) -> dict:
     plan, records = prepared.plan, measured.records
     summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
     status, error = ("failed", measured.error) if measured.error else ("ok", None)
     if status == "ok" and summary is None:
         status, error = "failed", "no measured step was recorded"
-    warnings = list(plan.warnings) + _loss_warnings(records) + list(measured.outcome.audit_failures)
+    warnings = list(plan.warnings) + notes + _loss_warnings(records) + list(measured.outcome.audit_failures)
     for line in measured.outcome.audit_failures:
         log.warning(line)
     wandb_info = sink.finish(status, summary) if sink else None
@@ -276,13 +279,33 @@ def _sampler(spec: TprimatConf, world_size: int, spawned: bool):
     return Sampler(source, spec.benchmark.telemetry_interval_s).start(), None
 
 
-def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict):
-    if spec.logging.wandb.mode == "disabled":
+def _wandb_mode(spec: TprimatConf) -> tuple[Optional[str], list[str]]:
+    """(the W&B mode to open, what to say): online only if the server answers now; else the run is refused in one
+    line (mode None) or, with logging.wandb.offline_if_unreachable=true, goes on offline and says so."""
+    conf = spec.logging.wandb
+    if conf.mode != "online":
+        return conf.mode, []
+    from tprimat.results.wandb_sink import unreachable
+
+    why = unreachable()
+    if why is None:
+        return "online", []
+    if conf.offline_if_unreachable:
+        note = f"logging.wandb.mode=online: W&B unreachable ({why}); recorded offline instead for `wandb sync` later"
+        log.warning("%s", note)
+        return "offline", [note]
+    return None, [f"logging.wandb.mode=online: W&B unreachable ({why}); set logging.wandb.mode=offline to record "
+                  "the run locally for `wandb sync` later, or logging.wandb.offline_if_unreachable=true to go on "
+                  "offline when this happens"]
+
+
+def _wandb_sink(spec: TprimatConf, run_dir: Path, common: dict, mode: str):
+    if mode == "disabled":
         return None
     from tprimat.results.wandb_sink import WandbSink
 
     return WandbSink(spec.logging.wandb, run_dir, common["run_id"], spec.run_name or common["run_id"],
-                     common["spec"], spec.training.max_steps)
+                     common["spec"], spec.training.max_steps, mode)
 
 
 def _log_step(spec: TprimatConf, record: StepRecord) -> None:

@@ -7,16 +7,33 @@ Offline by default: no network, files under ``<run dir>/wandb/offline-run-*``; s
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlparse
 
 from tprimat.results.records import StepRecord
 from tprimat.spec.schema import WandbConf
 
+REACH_TIMEOUT_S = 5.0
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+
+
+def unreachable(timeout_s: float = REACH_TIMEOUT_S) -> Optional[str]:
+    """Why the W&B server (``WANDB_BASE_URL``, else api.wandb.ai) cannot be reached, from one TCP connection tried
+    before anything trains; None when it can. The W&B client would otherwise retry for minutes mid-run."""
+    url = urlparse(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"{host}:{port} did not answer within {timeout_s:g} s: {exc.strerror or type(exc).__name__}"
+
 
 class WandbSink:
     def __init__(self, conf: WandbConf, run_dir: Path, run_id: str, name: str, config: dict,
-                 steps_per_repeat: int):
+                 steps_per_repeat: int, mode: Optional[str] = None):
         import wandb
 
         self.steps_per_repeat = steps_per_repeat
@@ -28,7 +45,7 @@ class WandbSink:
         # wandb starts a service process and names it in this process's environment (WANDB_SERVICE), which child
         # processes inherit; one this sink started is stopped (and unnamed) in ``finish`` when no run is left
         self.started_service = "WANDB_SERVICE" not in os.environ
-        self.run = wandb.init(mode=conf.mode, project=conf.project, entity=conf.entity, group=conf.group,
+        self.run = wandb.init(mode=mode or conf.mode, project=conf.project, entity=conf.entity, group=conf.group,
                               tags=tags, name=name, id=run_id.replace(":", "-"),
                               dir=str(run_dir), config=config, settings=settings, reinit="create_new")
 

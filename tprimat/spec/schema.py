@@ -211,6 +211,7 @@ class WandbConf(Freezable):
     entity: Optional[str] = None
     group: Optional[str] = None
     tags: List[str] = field(default_factory=list)
+    offline_if_unreachable: bool = False  # mode=online and the server cannot be reached at start: go on offline
 
 
 @dataclass

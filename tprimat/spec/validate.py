@@ -47,6 +47,14 @@ POSITIVE_REAL = ("training.optimizer.eps", "model.rope_theta", "model.rms_norm_e
                  "model.rope_high_freq_factor", "model.rope_scaling_factor", "platform.price_per_device_hour_usd",
                  "benchmark.telemetry_interval_s", "framework.timeout_min")
 TOKEN_ID_BYTES = 16  # int64 inputs and labels: what one token of a step's batch holds at the least
+# Model and sequence sizes past which a value is a typo, not a model: at least twice the largest published dense
+# decoder's (Llama 3.1 405B: hidden 16,384, FFN 53,248, 126 layers, 128 heads; Gemma's 256,000-entry vocabulary;
+# Llama 4 Scout's 10 M-token context). Sizes beyond them would only ever reach the memory check, which then
+# reports terabytes instead of naming the key.
+UPPER_BOUNDS = {"model.hidden_size": 65_536, "model.ffn_hidden_size": 262_144, "model.num_layers": 1_024,
+                "model.num_attention_heads": 1_024, "model.num_kv_heads": 1_024, "model.head_dim": 4_096,
+                "model.vocab_size": 4_194_304, "model.max_position_embeddings": 33_554_432,
+                "training.seq_length": 33_554_432}
 NON_NEGATIVE = ("benchmark.warmup_steps", "training.optimizer.warmup_steps", "training.optimizer.weight_decay",
                 "training.optimizer.grad_clip", "training.optimizer.min_lr")
 
@@ -130,6 +138,9 @@ def check_ranges(spec: TprimatConf) -> list[str]:
     problems = [f"{key}={get(spec, key)}: must be >= 1" for key in POSITIVE
                 if get(spec, key) is not None and get(spec, key) < 1]
     problems += [f"{key}={get(spec, key)}: must be >= 0" for key in NON_NEGATIVE if get(spec, key) < 0]
+    problems += [f"{key}={get(spec, key)}: must be <= {bound:,} (at least twice the largest published decoder's; "
+                 "tprimat.spec.validate.UPPER_BOUNDS)" for key, bound in UPPER_BOUNDS.items()
+                 if get(spec, key) is not None and get(spec, key) > bound]
     opt = spec.training.optimizer
     if opt.lr <= 0:
         problems.append(f"training.optimizer.lr={opt.lr}: must be > 0")
