@@ -126,8 +126,16 @@ def test_backends_refuse_what_they_cannot_run(tmp_path, framework, overrides, fr
 
 def test_deepspeed_runs_again_in_the_same_process(tmp_path):
     """A sweep under Hydra's basic launcher runs its points in one process: a second DeepSpeed run (here the
-    Trainer's DeepSpeed integration after a DeepSpeed engine) must not meet the first one's destroyed group."""
-    for i, framework in enumerate(("deepspeed", "transformers")):
+    Trainer's DeepSpeed integration after a DeepSpeed engine) must not meet the first one's destroyed group, nor
+    the environment they wrote (RANK, WORLD_SIZE: a later launch looked like a torchrun rank; a plain Trainer run
+    after them like a DeepSpeed one)."""
+    import os
+
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "ACCELERATE_USE_DEEPSPEED")
+    before = {key: os.environ.get(key) for key in keys}
+    for i, (framework, zero) in enumerate((("deepspeed", 3), ("transformers", 3), ("transformers", 0))):
         out = run_inprocess(tmp_path / str(i), [*STEPS, "training.max_steps=2", "training.optimizer.warmup_steps=1",
-                                                f"framework={framework}", "parallelism.zero_stage=3"])
+                                                f"framework={framework}", f"parallelism.zero_stage={zero}"])
         assert out.status == "ok", out.result.get("error")
+        assert {key: os.environ.get(key) for key in keys} == before
+    assert "DEEPSPEED" not in out.result["framework"]["effective"]["distributed_type"]

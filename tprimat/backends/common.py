@@ -118,12 +118,15 @@ def batch_phrase(micro_batch_size: int, seq_length: int, dp: int, grad_accum_ste
 
 class single_process_group:
     """DeepSpeed (alone or under the Trainer) always needs torch.distributed: a one-rank group on loopback when
-    tprimat runs one process."""
+    tprimat runs one process. The process environment is left as it was found: DeepSpeed and Accelerate write
+    RANK, WORLD_SIZE, MASTER_PORT, ACCELERATE_USE_DEEPSPEED, ... into it, which would make a later launch from this
+    process look like a torchrun rank, or a later plain Trainer run look like a DeepSpeed one."""
 
     def __init__(self, device: torch.device):
-        self.device, self.created, self.tmp = device, False, None
+        self.device, self.created, self.tmp, self.environ = device, False, None, None
 
     def __enter__(self):
+        self.environ = dict(os.environ)
         if not dist.is_initialized():
             self.tmp = tempfile.TemporaryDirectory()
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -143,4 +146,6 @@ class single_process_group:
             groups = sys.modules.get("deepspeed.utils.groups")
             if groups is not None:
                 groups._WORLD_GROUP = None
+        os.environ.clear()
+        os.environ.update(self.environ)
         return False

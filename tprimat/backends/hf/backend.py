@@ -95,18 +95,26 @@ class TransformersBackend(Backend):
             return RunOutcome(effective=run_repeats(spec, run_once))
 
     def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
         from tprimat.backends.hf.model import build_model
 
         tr = spec.training
         device = pick_device(spec)
         torch.manual_seed(tr.seed)
+        # built before the arguments exist, so never under deepspeed.zero.Init: the engine partitions it at start
+        # (zero.Init inside a tprimat rank validates the batch against a world of 1)
         model = build_model(spec.model)
         recorder = step_recorder(spec, plan, device, on_step, repeat)
         with tempfile.TemporaryDirectory() as out:
             args = training_arguments(spec, plan, device, out)
-            trainer = sequential_trainer(tr)(model=model, args=args,
-                                             train_dataset=SyntheticDataset(spec, tr.max_steps), callbacks=[recorder])
-            trainer.train()
+            try:
+                trainer = sequential_trainer(tr)(model=model, args=args,
+                                                 train_dataset=SyntheticDataset(spec, tr.max_steps),
+                                                 callbacks=[recorder])
+                trainer.train()
+            finally:  # the arguments register their DeepSpeed config process-wide: a later run must not inherit it
+                unset_hf_deepspeed_config()
             effective = effective_settings(trainer.optimizer, args, "tprimat warmup_cosine (LambdaLR)")
             effective["distributed_type"] = str(trainer.accelerator.distributed_type)
             effective["data_parallel_processes"] = trainer.accelerator.num_processes
