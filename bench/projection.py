@@ -3,13 +3,16 @@
 Every published row of the reference table (per-GPU tokens/s of Llama 3 / 3.1 8B and 70B on H100, H200, B200
 and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the spec can express (the GPU,
 model, precision, GPU count, batch and layout) is projected from the hardware table's published ceilings;
-nothing is fitted to these rows. Rows it cannot express are listed with the reason. Then a few CPU runs of
-tprimat's own native backend are measured here and projected from a ``tprimat preflight`` of this machine.
+nothing is fitted to these rows. Rows it cannot express are listed with the reason. Then configs of tprimat's
+native trainer on this CPU (tiny to 100 M parameters, seq 256-1024, 1 and 2 ranks, DDP, FSDP, TP, PP, recompute
+off, full and selective) are each run for real (12 steps) and projected from their measured slice
+(``tprimat project --measure``: four short runs of 1-2 layers per stage x 1-2 micro batches).
 
-Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1), the median
-absolute error of the CPU runs, and last ``projection_median_abs_error=<x>`` over the published rows.
+Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1),
+``cpu_median_abs_error=<x>`` over the CPU configs (measured slice against the full run), and last
+``projection_median_abs_error=<x>`` over the published rows (the roofline).
 
-    python bench/projection.py [--no-cpu]
+    python bench/projection.py [--no-cpu] [--only N]
 """
 
 from __future__ import annotations
@@ -78,9 +81,24 @@ NOT_EXPRESSIBLE = [
     ("GB200 8B NVFP4, MLPerf v5.1 (~40,400)", "GB200 and NVFP4 are not in the hardware table"),
     ("MI300X / MI325X / MI355X cvs rows", "acceptance floors, not measurements"),
 ]
-CPU_RUNS = [["model=llama_tiny"], ["model=qwen_tiny", "training.micro_batch_size=2"],
-            ["model=mistral_tiny", "training.seq_length=512", "training.global_batch_size=4",
-             "training.micro_batch_size=2"]]
+TWO = ["platform.devices_per_node=2"]
+M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
+        "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
+        "model.rope_original_max_position=1024"]  # 100.4 M parameters (49.2 M of them the two embeddings)
+CPU_RUNS = [
+    ["model=llama_tiny"],
+    ["model=qwen_tiny", "training.micro_batch_size=2"],
+    ["model=mistral_tiny", "training.seq_length=512", "training.global_batch_size=4", "training.micro_batch_size=2"],
+    ["model=qwen_tiny", "training.seq_length=1024", "training.global_batch_size=4", "training.micro_batch_size=1"],
+    [*M100, "training.global_batch_size=4", "training.micro_batch_size=2"],
+    ["model=llama_tiny", "training.activation_checkpointing=full"],
+    ["model=llama_tiny", "training.activation_checkpointing=selective", "training.ac_frequency=1/2"],
+    ["model=llama_tiny", *TWO],
+    ["model=llama_tiny", *TWO, "parallelism.fsdp=true"],
+    ["model=llama_tiny", *TWO, "parallelism.tp=2"],
+    ["model=llama_tiny", *TWO, "parallelism.pp=2", "training.global_batch_size=16", "training.micro_batch_size=2"],
+]
+CPU = ["platform=cpu", "logging.wandb.mode=disabled"]
 
 
 def project_row(overrides: list[str], preflight=None) -> dict:
@@ -96,19 +114,25 @@ def project_row(overrides: list[str], preflight=None) -> dict:
     return {"available": False, "reason": prepared.problems[0]}
 
 
-def cpu_anchor(overrides: list[str], preflight_file: str, tmp: Path) -> tuple[str, float, float]:
-    run_dir = tmp / "_".join(o.replace("=", "-") for o in overrides)
-    subprocess.run([sys.executable, str(ROOT / "launch.py"), *overrides, "platform=cpu", "logging.wandb.mode=disabled",
-                    "training.max_steps=12", f"benchmark.preflight_file={preflight_file}",
-                    f"hydra.run.dir={run_dir}"], check=True, capture_output=True, cwd=ROOT)
-    result = json.loads((run_dir / "result.json").read_text())
-    return " ".join(overrides), result["projection"]["tokens_per_s_per_device"], \
-        result["summary"]["tokens_per_s_per_device"]
+def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, float]:
+    """(name, projected from the measured slice, measured by the full run, seconds of measuring)."""
+    name = " ".join(overrides)
+    run_dir = tmp / str(abs(hash(name)))
+    subprocess.run([sys.executable, str(ROOT / "launch.py"), *CPU, *overrides, "training.max_steps=12",
+                    "benchmark.warmup_steps=2", f"hydra.run.dir={run_dir}"], check=True, capture_output=True, cwd=ROOT)
+    measured = json.loads((run_dir / "result.json").read_text())["summary"]["tokens_per_s_per_device"]
+    target = tmp / "projection.json"
+    subprocess.run([sys.executable, "-m", "tprimat", "project", "--measure", *CPU, *overrides, "--json", str(target)],
+                   check=True, capture_output=True, cwd=ROOT)
+    (point,) = json.loads(target.read_text())
+    p = point["projection"]
+    return name, p["tokens_per_s_per_device"], measured, p["measure_time_s"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-cpu", action="store_true", help="published rows only")
+    parser.add_argument("--only", type=int, help="the N-th CPU config only (0-based)")
     args = parser.parse_args()
     errors = []
     for anchor in ANCHORS:
@@ -124,16 +148,14 @@ def main() -> None:
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
     if not args.no_cpu:
+        cpu_errors = []
+        runs = CPU_RUNS if args.only is None else [CPU_RUNS[args.only]]
         with tempfile.TemporaryDirectory() as tmp:
-            preflight = Path(tmp) / "preflight.json"
-            subprocess.run([sys.executable, "-m", "tprimat", "preflight", "--out", str(preflight), "--iters", "5"],
-                           check=True, capture_output=True, cwd=ROOT)
-            cpu_errors = []
-            for overrides in CPU_RUNS:
-                name, predicted, measured = cpu_anchor(overrides, str(preflight), Path(tmp))
+            for overrides in runs:
+                name, predicted, measured, took = cpu_anchor(overrides, Path(tmp))
                 cpu_errors.append(abs(predicted / measured - 1))
-                print(f"CPU {name}: predicted {predicted:,.0f} tokens/s, measured {measured:,.0f}, "
-                      f"error {predicted / measured - 1:+.1%}")
+                print(f"CPU {name}: measured-slice {predicted:,.0f} tokens/s ({took:.0f} s of measuring), full run "
+                      f"{measured:,.0f}, error {predicted / measured - 1:+.1%}", flush=True)
         print(f"cpu_median_abs_error={statistics.median(cpu_errors):.3f}")
     print(f"projection_median_abs_error={statistics.median(errors):.3f}")
 

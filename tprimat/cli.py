@@ -135,7 +135,14 @@ def project(args) -> int:
             print(f"{label}: invalid: {prepared.problems[0]}")
             bad += 1
             continue
-        result = projection_of(spec, prepared.plan, preflight)
+        if args.measure:
+            from tprimat.execute.run import execute
+            from tprimat.execute.slice import project_measured
+
+            result = project_measured(compose(overrides), spec, prepared.plan, execute)
+            bad += not result["available"]
+        else:
+            result = projection_of(spec, prepared.plan, preflight)
         print_projection(label, result)
         out.append({"overrides": overrides, "projection": result})
     if args.json:
@@ -175,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     project_parser.add_argument("overrides", nargs="*", help="the same overrides as launch.py (sweep syntax too)")
     project_parser.add_argument("--preflight", help="a tprimat preflight file: measured ceilings instead of the table")
     project_parser.add_argument("--json", help="write every point's projection to this JSON file")
+    project_parser.add_argument("--measure", action="store_true",
+                                help="project from a measured slice: four short real runs of the spec here (1-2 "
+                                     "layers per stage x 1-2 micro batches), extrapolated to its layers and batch")
     return parser
 
 

@@ -49,5 +49,10 @@ def print_projection(label: str, p: dict) -> None:
           f"{p['tflops_per_device']:,.1f} TFLOP/s/device{mfu}")
     parts = ", ".join(f"{k.removesuffix('_s')} {v:.3g} s" for k, v in p["breakdown_s"].items() if v)
     print(f"  where the time goes: {parts}")
+    if p.get("method") == "measured-slice":
+        runs = ", ".join(f"{r['layers_per_stage']} layer(s) x {r['micro_batches']} micro batch(es): "
+                         f"{r['step_time_s']:.4g} s" for r in p["measurements"])
+        print(f"  measured slice ({p['measure_time_s']:.1f} s of measuring): {runs}")
+        return
     for name, value in p["ceilings"].items():
         print(f"  ceiling {name}: {value}  ({p['sources'].get(name.rsplit('_', 2)[0], '')})")

@@ -1,0 +1,106 @@
+"""``tprimat project --measure``: the measured-slice projection. Its arithmetic against hand-summed parts and
+against a 1F1B schedule's own step formula; a slice that cannot run here is an invalid point with its reason; and
+on this CPU the whole path for real (four short runs of the spec, their step times read back)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from tprimat.compose import compose
+from tprimat.execute.slice import SliceRun, from_runs, slice_points, surface
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import make_plan
+
+HOST = DetectedHardware("cpu", "planning host", 1, 0.0, None)
+
+
+def spec_plan(*overrides):
+    spec = build_spec(compose(["logging.wandb.mode=disabled", *overrides]), HOST)
+    return spec, make_plan(spec, HOST)
+
+
+def runs_from(step) -> list[SliceRun]:
+    return [SliceRun(layers, micro, step(layers, micro), ()) for layers in (1, 2) for micro in (1, 2)]
+
+
+def test_the_surface_recovers_hand_summed_parts_and_composes_the_step():
+    """Parts chosen by hand: fixed 0.05 s, 0.01 s per layer per step, 0.02 s per micro batch, 0.1 s per layer and
+    micro batch. The four slice runs are their sums: T(1,1) = 0.18, T(1,2) = 0.30, T(2,1) = 0.29, T(2,2) = 0.51."""
+    runs = [SliceRun(1, 1, 0.18, ()), SliceRun(1, 2, 0.30, ()), SliceRun(2, 1, 0.29, ()), SliceRun(2, 2, 0.51, ())]
+    fit = surface(runs)
+    assert (fit.fixed_s, fit.per_layer_s, fit.per_micro_s, fit.per_layer_micro_s) == pytest.approx(
+        (0.05, 0.01, 0.02, 0.1))
+    # llama_tiny: 4 layers; global batch 32 of micro batch 4 on one rank: 8 micro batches
+    spec, plan = spec_plan("platform=cpu", "training.global_batch_size=32", "training.micro_batch_size=4")
+    assert (spec.model.num_layers, plan.grad_accum_steps, plan.pp) == (4, 8, 1)
+    p = from_runs(spec, plan, runs, 1.0)
+    step = 0.05 + 0.01 * 4 + 0.02 * 8 + 0.1 * 4 * 8  # 3.45 s
+    assert p["step_time_s"] == pytest.approx(step)
+    assert p["tokens_per_s_per_device"] == pytest.approx(32 * spec.training.seq_length / step)
+    assert sum(p["breakdown_s"].values()) == pytest.approx(step) and p["method"] == "measured-slice"
+
+
+def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
+    """A 2-stage 1F1B pipeline: a step is (m + pp - 1) stage micro-batch times plus the optimizer, a stage micro
+    batch a * l + b (its layers, its share of head and hand-offs), the optimizer c * l + d. Slices measured at
+    one and two layers and micro batches give the spec's step at 8 layers per stage and 8 micro batches exactly,
+    bubble included."""
+    pp, a, b, c, d = 2, 0.03, 0.011, 0.004, 0.02
+
+    def schedule(layers, micro):
+        return (micro + pp - 1) * (a * layers + b) + c * layers + d
+
+    spec, plan = spec_plan("platform=cpu", "platform.devices_per_node=2", "parallelism.pp=2",
+                           "model.num_layers=16", "training.global_batch_size=32", "training.micro_batch_size=4")
+    assert (plan.pp, spec.model.num_layers // plan.pp, plan.grad_accum_steps) == (2, 8, 8)
+    p = from_runs(spec, plan, runs_from(schedule), 1.0)
+    assert p["step_time_s"] == pytest.approx(schedule(8, 8))
+
+
+def test_the_slices_keep_the_recomputed_fraction_and_the_layout():
+    """Under the native trainer's selective recompute of every 2nd layer the slices hold 2 and 4 layers per stage
+    (1 in 2 recomputed, as in the spec); each slice keeps micro batch and data parallelism, one or two micro
+    batches a step."""
+    spec, plan = spec_plan("platform=cpu", "platform.devices_per_node=2", "parallelism.pp=2", "model.num_layers=8",
+                           "training.activation_checkpointing=selective", "training.ac_frequency=1/2",
+                           "training.global_batch_size=16", "training.micro_batch_size=2")
+    points = slice_points(spec, plan)
+    assert [(layers, micro) for layers, micro, _ in points] == [(2, 1), (2, 2), (4, 1), (4, 2)]
+    assert [s["model.num_layers"] for *_, s in points] == [4, 4, 8, 8]  # layers per stage x pp
+    assert [s["training.global_batch_size"] for *_, s in points] == [2, 4, 2, 4]  # mbs x dp (1) x micro batches
+
+
+def test_a_slice_that_cannot_run_here_is_an_invalid_point_with_its_reason():
+    """An H100 layout measured on a machine without one: the slice's own refusal is the point's reason."""
+    from tprimat.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as code:
+        main(["project", "--measure", "platform=nvidia", "platform.gpu=h100", "platform.devices_per_node=1"])
+    said = out.getvalue()
+    assert code.value.code == 2
+    assert "no projection: the measured slice (model.num_layers=" in said and "no nvidia GPU is visible" in said
+
+
+@pytest.mark.slow
+def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
+    """The default benchmark projected from four real runs here: each slice's spec as asked (its layers and
+    global batch read back from the run), a positive step, and the JSON file with every point."""
+    from tprimat.cli import main
+
+    target = tmp_path / "projection.json"
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as code:
+        main(["project", "--measure", "platform=cpu", "training.global_batch_size=16", "--json", str(target)])
+    assert code.value.code == 0
+    (point,) = json.loads(target.read_text())
+    p = point["projection"]
+    assert p["available"] and p["method"] == "measured-slice" and p["step_time_s"] > 0
+    assert [(m["layers_per_stage"], m["micro_batches"]) for m in p["measurements"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(m["step_time_s"] > 0 for m in p["measurements"])
+    assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=8"]
+    assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0

@@ -1,0 +1,175 @@
+"""``tprimat project --measure``: project a spec's step from a measured slice of it, on the device at hand.
+
+The slice is the spec itself, trained for real by its own backend through tprimat's launch path (the same
+layers, width, sequence, micro batch, precision, recompute, compile, sharding and ranks), cut to one or two
+recompute units of decoder layers per pipeline stage and to one or two micro batches per step: four short runs,
+a few steps each. A step of the layouts tprimat runs costs, in layers per stage ``l`` and micro batches ``m``,
+
+    T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m
+
+- ``per_layer_micro``: one layer's forward and backward for one micro batch (recompute, tensor-parallel
+  collectives and FSDP gathers of that layer included, as they run);
+- ``per_micro``: the embedding, the head and the loss of one micro batch (and the pipeline's hand-offs);
+- ``per_layer``: what a layer costs once per step: its optimizer update, its gradient all-reduce or
+  reduce-scatter, its clipping, and under a 1F1B pipeline the bubble, (pp - 1) micro-batch times of every layer
+  of the stage;
+- ``fixed``: the step's own cost (the loss's all-reduce for the log, the clock's synchronisation, the head's
+  optimizer update).
+
+Four runs at l in {u, 2u} and m in {1, 2} fix the four terms exactly (u: the recompute unit, ``ac_frequency``'s
+period under the native trainer's selective recompute, else 1), and the spec's own (l, m) is read off the surface.
+Nothing is fitted to the run being projected. What the surface cannot see: a layout whose cost is not linear in
+layers or micro batches (a memory cliff, an allocator that starts to thrash), noise in four short runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from tprimat.spec import flops
+from tprimat.spec.plan import Plan
+from tprimat.spec.schema import TprimatConf, ac_period
+
+WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
+MEASURED_STEPS = 6  # the median of these is the slice's step time
+ASSUMPTIONS = (
+    "T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m, fixed exactly by four real runs "
+    "of the spec at l in {u, 2u} layers per stage and m in {1, 2} micro batches (u: the recompute unit)",
+    "a 1F1B pipeline's bubble ((pp - 1) micro-batch times) is linear in the stage's layers: it is part of per_layer",
+    "each slice run's step time is the median of its measured steps (after the warm-up steps)",
+)
+
+
+@dataclass(frozen=True)
+class SliceRun:
+    layers_per_stage: int
+    micro_batches: int
+    step_time_s: float
+    overrides: tuple  # what the slice changed in the spec
+
+
+@dataclass(frozen=True)
+class Surface:
+    """The four terms of T(l, m), in seconds."""
+
+    fixed_s: float
+    per_layer_s: float
+    per_micro_s: float
+    per_layer_micro_s: float
+
+    def step_s(self, layers: float, micro_batches: float) -> float:
+        return (self.fixed_s + self.per_layer_s * layers + self.per_micro_s * micro_batches
+                + self.per_layer_micro_s * layers * micro_batches)
+
+    def breakdown_s(self, layers: float, micro_batches: float) -> dict:
+        return {"layers_s": self.per_layer_micro_s * layers * micro_batches,
+                "embedding_head_loss_s": self.per_micro_s * micro_batches,
+                "per_layer_per_step_s": self.per_layer_s * layers, "fixed_s": self.fixed_s}
+
+
+def surface(runs: list[SliceRun]) -> Surface:
+    """The bilinear surface through four runs at (l0, 1), (l0, 2), (l1, 1), (l1, 2)."""
+    at = {(r.layers_per_stage, r.micro_batches): r.step_time_s for r in runs}
+    (l0, l1) = sorted({r.layers_per_stage for r in runs})
+    dl = l1 - l0
+    t01, t02, t11, t12 = at[(l0, 1)], at[(l0, 2)], at[(l1, 1)], at[(l1, 2)]
+    per_layer_micro = (t12 - t11 - t02 + t01) / dl
+    per_layer = (t11 - t01) / dl - per_layer_micro
+    per_micro = (t02 - t01) - per_layer_micro * l0
+    fixed = t01 - per_layer * l0 - per_micro - per_layer_micro * l0
+    return Surface(fixed, per_layer, per_micro, per_layer_micro)
+
+
+def recompute_unit(spec: TprimatConf) -> int:
+    """Layers per stage that keep the recomputed fraction of the spec: the native trainer and DeepSpeed recompute
+    every k-th layer under selective recompute (``training.ac_frequency``); elsewhere a layer is its own unit."""
+    tr = spec.training
+    if tr.activation_checkpointing == "selective" and spec.framework.name in ("native", "deepspeed"):
+        return ac_period(tr.ac_frequency)
+    return 1
+
+
+def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
+    """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs."""
+    unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
+    points = []
+    for layers in (unit, 2 * unit):
+        for micro in (1, 2):
+            points.append((layers, micro, {
+                "model.num_layers": layers * pp,
+                "training.global_batch_size": tr.micro_batch_size * plan.dp * micro,
+                "training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.warmup_steps": WARMUP_STEPS,
+                "training.optimizer.warmup_steps": 1, "benchmark.repeats": 1, "benchmark.telemetry": False,
+                "logging.wandb.mode": "disabled", "dry_run": False, "overwrite": True, "resume_from": None}))
+    return points
+
+
+def with_settings(config: dict, settings: dict) -> dict:
+    data = copy.deepcopy(config)
+    for key, value in settings.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = value
+    return data
+
+
+Runner = Callable[[dict, Path, list], object]  # tprimat.execute.run.execute: (config, run dir, overrides)
+
+
+def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[Optional[list[SliceRun]], str]:
+    """The four slice runs of ``config`` (the composed spec), each trained for real by ``run``; (None, why) when
+    one cannot run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp:
+        for i, (layers, micro, settings) in enumerate(slice_points(spec, plan)):
+            said = [f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
+            outcome = run(with_settings(config, settings), Path(tmp) / str(i), said)
+            result = outcome.result
+            median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
+            if result.get("status") != "ok" or not median:
+                why = (result.get("error") or "no measured step").splitlines()[0][:300]
+                return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
+            runs.append(SliceRun(layers, micro, median, tuple(said)))
+    return runs, ""
+
+
+def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> dict:
+    """The projection of ``spec`` from its measured slice: the same fields as the roofline's (``step_time_s``,
+    ``tokens_per_s_per_device``, ``breakdown_s``), the runs behind it and how long measuring took."""
+    started = time.perf_counter()
+    runs, why = measure(config, spec, plan, run)
+    took = time.perf_counter() - started
+    if runs is None:
+        return {"available": False, "reason": why, "method": "measured-slice", "measure_time_s": took,
+                "step_time_s": None, "tokens_per_s_per_device": None, "tflops_per_device": None, "mfu": None}
+    return from_runs(spec, plan, runs, took)
+
+
+def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float) -> dict:
+    tr = spec.training
+    layers, micro = spec.model.num_layers / plan.pp, plan.grad_accum_steps
+    fit = surface(runs)
+    step_s = fit.step_s(layers, micro)
+    if not step_s > 0:
+        return {"available": False, "reason": f"the measured slice gives a step of {step_s:.3g} s: its runs were "
+                f"too noisy to extrapolate ({[round(r.step_time_s, 4) for r in runs]} s)", "method": "measured-slice",
+                "measure_time_s": took_s, "step_time_s": None, "tokens_per_s_per_device": None,
+                "tflops_per_device": None, "mfu": None}
+    per_device = tr.global_batch_size * tr.seq_length / step_s / plan.world_size
+    tflops = flops.flops_per_token(spec.model, tr.seq_length) * per_device / 1e12
+    return {"available": True, "reason": None, "method": "measured-slice", "step_time_s": step_s,
+            "tokens_per_s_per_device": per_device, "tflops_per_device": tflops,
+            "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None,
+            "breakdown_s": fit.breakdown_s(layers, micro), "layers_per_stage": layers, "micro_batches": micro,
+            "surface_s": {"fixed_s": fit.fixed_s, "per_layer_s": fit.per_layer_s, "per_micro_s": fit.per_micro_s,
+                          "per_layer_micro_s": fit.per_layer_micro_s},
+            "measurements": [{"layers_per_stage": r.layers_per_stage, "micro_batches": r.micro_batches,
+                              "step_time_s": r.step_time_s, "overrides": list(r.overrides)} for r in runs],
+            "measure_time_s": took_s, "assumptions": list(ASSUMPTIONS)}
