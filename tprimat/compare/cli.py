@@ -1,6 +1,6 @@
 """``tprimat compare [RESULT_FILES_OR_DIRS...] [--platform ...] [--frameworks a,b] [--models a,b]
 [--methodology ...] [--aggregate median|olympic|mean] [--by AXIS] [--preflight FILE...] [--baseline DIR --fail-below 0.95]
-[--out DIR]``"""
+[--anchors] [--out DIR]``"""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from tprimat.compare import anchors as published
 from tprimat.compare import plots as plotting
 from tprimat.compare.admit import admit
 from tprimat.compare.breakdown import group_breakdown, group_memory
@@ -39,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-below", type=float, default=0.95,
                         help="gate threshold: current / baseline tokens/s/device (default 0.95)")
     parser.add_argument("--out", help="write report.md, plots/*.png, table.csv (+ .parquet) here")
+    parser.add_argument("--anchors", action="store_true",
+                        help="set the published per-GPU rows of each group's model (and GPU) beside it "
+                             "(tprimat/compare/anchors.json, each row with its source)")
 
 
 def keep(result: dict, args: argparse.Namespace) -> bool:
@@ -66,20 +70,36 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
+    near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
+    for group in groups if args.anchors else ():
+        print_anchors(group, near[group.identity])
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         pngs = plotting.all_plots(groups, out / "plots")
         tables = write_tables(groups, out)
-        (out / "comparison.json").write_text(json.dumps(
-            {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g)}
-                        for g in groups],
-             "speedups": [s.as_dict() for s in found]}, indent=2))
-        md = write_report(groups, found, report.skipped, pngs, out, args.aggregate)
+        comparison = {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g),
+                                  **({"anchors": near[g.identity]} if args.anchors else {})} for g in groups],
+                      "speedups": [s.as_dict() for s in found]}
+        if args.anchors:
+            comparison["anchors"] = published.used_rows(near)
+        (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
+        md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
         print(f"wrote {md}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
     if args.baseline:
         return run_gate(groups, args)
     return 0
+
+
+def print_anchors(group, rows: list[dict]) -> None:
+    if not rows:
+        print(f"published: no row for {group.model} on {group.device} (tprimat/compare/anchors.json)")
+        return
+    print(f"published beside {group.label}:")
+    for row in rows:
+        ratio = f"{row['ratio']:.3f} x" if row["ratio"] is not None else "n/a"
+        print(f"  {row['tokens_per_s_per_device']:,} tokens/s/GPU ({row['kind']}, {row['gpus']} x {row['gpu']}, "
+              f"{row['source']}): this run {ratio}; differs in: {'; '.join(row['differences']) or 'nothing named'}")
 
 
 def run_gate(groups, args) -> int:

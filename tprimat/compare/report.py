@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
-from tprimat.compare import breakdown
+from tprimat.compare import anchors, breakdown
 from tprimat.compare.groups import Group, group_summary, layout_of
 from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
 from tprimat.compare.table import cell, columns, fmt
@@ -23,7 +24,8 @@ def _audit(group: Group) -> str:
     return "passed" if all(a and a.get("passed") for a in audits) else "FAILED"
 
 
-def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str) -> list[str]:
+def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str,
+             near: Optional[dict] = None) -> list[str]:
     lines = ["# tprimat comparison report", ""] + summary_section(groups, found) + refused_section(found)
     lines += ["", "## Hardware and software", ""] + hardware_table(groups)
     lines += ["", "## Configuration", ""] + configuration_table(groups)
@@ -32,6 +34,8 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
     lines += _md_table([h for h, _ in shown], [[cell(g, k) for _, k in shown] for g in groups])
     lines += ["", "## Memory and efficiency", ""] + efficiency_table(groups)
     lines += ["", "## Cost, energy and time to train", ""] + cost_table(groups)
+    if near is not None:
+        lines += [""] + anchors.section(groups, near)
     rows = breakdown.table(groups)
     if rows:
         lines += ["", "## Where the time goes (profiled steps)", ""] + _md_table(breakdown.HEADERS, rows)
@@ -148,7 +152,8 @@ def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
             "spread explains), not steady (step time drifting across the window)."]
 
 
-def write_report(groups, found, skipped, plots, out: Path, aggregate: str) -> Path:
+def write_report(groups, found, skipped, plots, out: Path, aggregate: str, near: Optional[dict] = None) -> Path:
+    """``near``: each group's published rows (``--anchors``), else None (no section)."""
     path = out / "report.md"
-    path.write_text("\n".join(sections(groups, found, skipped, plots, aggregate)) + "\n")
+    path.write_text("\n".join(sections(groups, found, skipped, plots, aggregate, near)) + "\n")
     return path
