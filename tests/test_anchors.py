@@ -104,3 +104,12 @@ def test_compare_anchors_sets_the_published_rows_beside_each_group(tmp_path):
     assert "global batch 32 vs 128" in beside["rocm-cvs-mi355x-llama31-8b-fp8-floor"]["differences"]
     report = (out / "report.md").read_text()
     assert "## Beside the published numbers" in report and "mlperf-5.1-mi355x-llama31-8b-fp8 (measured)" in report
+
+
+def test_a_flag_raised_by_several_runs_is_one_line_with_its_count():
+    from tprimat.compare.flags import counted
+
+    flags = ["not steady: median step time moved -5.5% across run_a", "IMPOSSIBLE: 2,000 TFLOP/s",
+             "not steady: median step time moved -24.8% across run_b"]
+    assert counted(flags) == ["not steady (2 runs; the first: median step time moved -5.5% across run_a)",
+                              "IMPOSSIBLE: 2,000 TFLOP/s"]

@@ -15,6 +15,7 @@ from tprimat.compare.admit import admit
 from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.gate import gate
 from tprimat.compare.groups import build_groups, ceilings_from, group_summary
+from tprimat.compare.html import write_html
 from tprimat.compare.load import load
 from tprimat.compare.report import write_report
 from tprimat.compare.speedups import AXES, speedups
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", help="directory of baseline results for the regression gate")
     parser.add_argument("--fail-below", type=float, default=0.95,
                         help="gate threshold: current / baseline tokens/s/device (default 0.95)")
-    parser.add_argument("--out", help="write report.md, plots/*.png, table.csv (+ .parquet) here")
+    parser.add_argument("--out", help="write report.md, report.html, plots/*.png, table.csv (+ .parquet) here")
     parser.add_argument("--anchors", action="store_true",
                         help="set the published per-GPU rows of each group's model (and GPU) beside it "
                              "(tprimat/compare/anchors.json, each row with its source)")
@@ -85,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
             comparison["anchors"] = published.used_rows(near)
         (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
         md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
-        print(f"wrote {md}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
+        page = write_html(groups, found, out, near if args.anchors else None)
+        print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
     if args.baseline:
         return run_gate(groups, args)
     return 0

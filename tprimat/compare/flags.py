@@ -133,3 +133,13 @@ def past_warmup(steps: list[dict], wanted: int) -> bool:
     if not gaps:  # one printed step: it may average every iteration since the start (Megatron's log interval)
         return False
     return numbers[0] > wanted * gaps[len(gaps) // 2]
+
+
+def counted(flags: list[str]) -> list[str]:
+    """Each kind of flag (its text before the first ':') once, with how many of the group's runs raised it: a
+    flag shared by several runs is one line, not one per run."""
+    by_kind: dict[str, list[str]] = {}
+    for flag in flags:
+        by_kind.setdefault(flag.split(":", 1)[0], []).append(flag)
+    return [found[0] if len(found) == 1 else f"{kind} ({len(found)} runs; the first: {found[0].split(':', 1)[-1].strip()})"
+            for kind, found in by_kind.items()]

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 from tprimat.compare import anchors, breakdown
+from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group, group_summary, layout_of
 from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
 from tprimat.compare.table import cell, columns, fmt
@@ -68,7 +69,7 @@ def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
     if by_reason:
         lines.append(f"- refused: {sum(map(len, by_reason.values()))} pairs that differ in one axis (see Refused "
                      "pairs): " + "; ".join(f"{len(pairs)}: {REASONS[key]}" for key, pairs in by_reason.items()))
-    return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in g.flags]
+    return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in counted(g.flags)]
 
 
 def refused_section(found: list[Speedup]) -> list[str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group, group_summary
 from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
 
@@ -39,7 +41,8 @@ def fmt(value, key: str = "") -> str:
 def cell(group: Group, key: str) -> str:
     s = group_summary(group)
     if key == "flags":
-        return "; ".join(flag.split(":")[0] for flag in group.flags) or "-"
+        kinds = Counter(flag.split(":", 1)[0] for flag in group.flags)  # a flag shared by runs: once, counted
+        return "; ".join(kind if n == 1 else f"{kind} x{n}" for kind, n in kinds.items()) or "-"
     text = fmt(s[key], key)
     if key == "tokens_per_s_per_device":
         lo, hi = group.metrics["tokens_per_s_per_device_ci"]
@@ -75,7 +78,7 @@ def print_console(groups: list[Group], found: list[Speedup], skipped: list, cons
         table.add_row(*[cell(group, key) for _, key in shown])
     console.print(table)
     for group in groups:
-        for flag in group.flags:
+        for flag in counted(group.flags):
             console.print(f"[bold red]flag[/] {group.label}: {flag}")
     refused = sum(1 for s in found if s.refused)
     for s in found:
