@@ -113,3 +113,21 @@ def test_a_flag_raised_by_several_runs_is_one_line_with_its_count():
              "not steady: median step time moved -24.8% across run_b"]
     assert counted(flags) == ["not steady (2 runs; the first: median step time moved -5.5% across run_a)",
                               "IMPOSSIBLE: 2,000 TFLOP/s"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:  # a stream that says it is a terminal, as a console's stderr does
+        return True
+
+
+def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(monkeypatch):
+    """A sweep's points through `tprimat plan`: a progress bar on a terminal's stderr, nothing on a pipe."""
+    from tprimat.compose import Composer, expand
+    from tprimat.sweep.plan import plan_sweep
+
+    points = expand(["platform=cpu", "training.micro_batch_size=1,2,4", "dry_run=true"])
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        planned = plan_sweep(points, Composer().compose)
+        assert len(planned) == 3
+        assert ("planning" in stream.getvalue()) is shown, stream.getvalue()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from tprimat.results.progress import progress
 from tprimat.spec import flops
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, ac_period
@@ -126,9 +127,9 @@ Runner = Callable[[dict, Path, list], object]  # tprimat.execute.run.execute: (c
 def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[Optional[list[SliceRun]], str]:
     """The four slice runs of ``config`` (the composed spec), each trained for real by ``run``; (None, why) when
     one cannot run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp:
-        for i, (layers, micro, settings) in enumerate(slice_points(spec, plan)):
+    runs, points = [], slice_points(spec, plan)
+    with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, progress(len(points), "measuring") as advance:
+        for i, (layers, micro, settings) in enumerate(points):
             said = [f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
             outcome = run(with_settings(config, settings), Path(tmp) / str(i), said)
             result = outcome.result
@@ -137,6 +138,7 @@ def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[O
                 why = (result.get("error") or "no measured step").splitlines()[0][:300]
                 return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
             runs.append(SliceRun(layers, micro, median, tuple(said)))
+            advance(f"{layers} layer(s) x {micro} micro batch(es)")
     return runs, ""
 
 

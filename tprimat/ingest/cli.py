@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
 from tprimat.logs.parsers import PARSERS
+from tprimat.results.progress import progress
 from tprimat.results.result import make_result, new_run_id, write_result
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
@@ -65,29 +66,36 @@ def run(args: argparse.Namespace, compose) -> int:
             print(f"  {problem}")
         return EXIT_INVALID
     unread: list[tuple[Path, str]] = []
-    for path in runs:
-        try:
-            result = ingest_file(path, meta, args.format)
-        except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
-            result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
-        if result["source"].get("unreadable"):
-            unread.append((path, (result["error"] or "").splitlines()[0][:200]))
-        try:
-            target = write_result(result, out / f"{path.stem}-{result['run_id']}")
-        except OSError as exc:
-            unread.append((path, f"cannot write its result: {exc}"))
-            continue
-        steps = len(result["steps"])
-        print(f"{path}: {result['source']['format']}, {steps} steps, status {result['status']} -> {target}")
-        if result["error"]:
-            print("  " + result["error"].splitlines()[0][:200])
-        for line in headline(result) + warning_lines(result["warnings"]):
-            print("  " + line)
+    with progress(len(runs), "ingesting") as advance:
+        for path in runs:
+            ingest_one(path, meta, args.format, out, unread)
+            advance(path.name)
     if unread:
         print(f"{len(unread)} of {len(runs)} files could not be ingested:")
         for path, why in unread:
             print(f"  {path}: {why}")
     return 1 if unread else 0
+
+
+def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list) -> None:
+    """One file: its result written (a failed one if it cannot be read), its headline printed."""
+    try:
+        result = ingest_file(path, meta, fmt)
+    except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
+        result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
+    if result["source"].get("unreadable"):
+        unread.append((path, (result["error"] or "").splitlines()[0][:200]))
+    try:
+        target = write_result(result, out / f"{path.stem}-{result['run_id']}")
+    except OSError as exc:
+        unread.append((path, f"cannot write its result: {exc}"))
+        return
+    steps = len(result["steps"])
+    print(f"{path}: {result['source']['format']}, {steps} steps, status {result['status']} -> {target}")
+    if result["error"]:
+        print("  " + result["error"].splitlines()[0][:200])
+    for line in headline(result) + warning_lines(result["warnings"]):
+        print("  " + line)
 
 
 WARNINGS_SHOWN = 10  # per file; result.json keeps them all

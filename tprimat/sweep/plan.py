@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from tprimat.execute.prepare import prepare
 from tprimat.measure.devices import detect
+from tprimat.results.progress import progress
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.plan import Plan
@@ -100,7 +101,12 @@ def plan_sweep(points: list[list[str]], compose: Callable[[list[str]], dict],
     """Validate and plan every point (each a list of overrides) without running anything; ``deep``: build
     each native layout for real in a fake world too."""
     hw = hw or detect()  # one point: a memory refusal names what fits (a search of seconds, not for every point)
-    return [plan_point(compose, point, hw, deep, suggest=len(points) == 1) for point in points]
+    planned = []
+    with progress(len(points), "planning") as advance:
+        for point in points:
+            planned.append(plan_point(compose, point, hw, deep, suggest=len(points) == 1))
+            advance(" ".join(point)[:60])
+    return planned
 
 
 def write_csv(points: list[Point], path: Path) -> Path:
