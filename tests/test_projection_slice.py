@@ -24,8 +24,8 @@ def spec_plan(*overrides):
     return spec, make_plan(spec, HOST)
 
 
-def runs_from(step) -> list[SliceRun]:
-    return [SliceRun(layers, micro, step(layers, micro), ()) for layers in (1, 2) for micro in (1, 2)]
+def runs_from(step, micros=(1, 2)) -> list[SliceRun]:
+    return [SliceRun(layers, micro, step(layers, micro), ()) for layers in (1, 2) for micro in micros]
 
 
 def test_the_surface_recovers_hand_summed_parts_and_composes_the_step():
@@ -48,8 +48,8 @@ def test_the_surface_recovers_hand_summed_parts_and_composes_the_step():
 def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
     """A 2-stage 1F1B pipeline: a step is (m + pp - 1) stage micro-batch times plus the optimizer, a stage micro
     batch a * l + b (its layers, its share of head and hand-offs), the optimizer c * l + d. Slices measured at
-    one and two layers and micro batches give the spec's step at 8 layers per stage and 8 micro batches exactly,
-    bubble included."""
+    one and two layers and at two and four micro batches give the spec's step at 8 layers per stage and 8 micro
+    batches exactly, bubble included."""
     pp, a, b, c, d = 2, 0.03, 0.011, 0.004, 0.02
 
     def schedule(layers, micro):
@@ -58,21 +58,21 @@ def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
     spec, plan = spec_plan("platform=cpu", "platform.devices_per_node=2", "parallelism.pp=2",
                            "model.num_layers=16", "training.global_batch_size=32", "training.micro_batch_size=4")
     assert (plan.pp, spec.model.num_layers // plan.pp, plan.grad_accum_steps) == (2, 8, 8)
-    p = from_runs(spec, plan, runs_from(schedule), 1.0)
+    p = from_runs(spec, plan, runs_from(schedule, micros=(2, 4)), 1.0)  # a pipeline needs >= pp micro batches
     assert p["step_time_s"] == pytest.approx(schedule(8, 8))
 
 
 def test_the_slices_keep_the_recomputed_fraction_and_the_layout():
     """Under the native trainer's selective recompute of every 2nd layer the slices hold 2 and 4 layers per stage
-    (1 in 2 recomputed, as in the spec); each slice keeps micro batch and data parallelism, one or two micro
-    batches a step."""
+    (1 in 2 recomputed, as in the spec); each slice keeps micro batch and data parallelism, and a 2-stage
+    pipeline gets 2 or 4 micro batches a step (1F1B needs at least pp)."""
     spec, plan = spec_plan("platform=cpu", "platform.devices_per_node=2", "parallelism.pp=2", "model.num_layers=8",
                            "training.activation_checkpointing=selective", "training.ac_frequency=1/2",
                            "training.global_batch_size=16", "training.micro_batch_size=2")
     points = slice_points(spec, plan)
-    assert [(layers, micro) for layers, micro, _ in points] == [(2, 1), (2, 2), (4, 1), (4, 2)]
+    assert [(layers, micro) for layers, micro, _ in points] == [(2, 2), (2, 4), (4, 2), (4, 4)]  # micro >= pp
     assert [s["model.num_layers"] for *_, s in points] == [4, 4, 8, 8]  # layers per stage x pp
-    assert [s["training.global_batch_size"] for *_, s in points] == [2, 4, 2, 4]  # mbs x dp (1) x micro batches
+    assert [s["training.global_batch_size"] for *_, s in points] == [4, 8, 4, 8]  # mbs x dp (1) x micro batches
 
 
 def test_a_slice_that_cannot_run_here_is_an_invalid_point_with_its_reason():

@@ -16,8 +16,9 @@ a few steps each. A step of the layouts tprimat runs costs, in layers per stage 
 - ``fixed``: the step's own cost (the loss's all-reduce for the log, the clock's synchronisation, the head's
   optimizer update).
 
-Four runs at l in {u, 2u} and m in {1, 2} fix the four terms exactly (u: the recompute unit, ``ac_frequency``'s
-period under the native trainer's selective recompute, else 1), and the spec's own (l, m) is read off the surface.
+Four runs at l in {u, 2u} and m in {pp, 2 pp} fix the four terms exactly (u: the recompute unit,
+``ac_frequency``'s period under the native trainer's selective recompute, else 1; a pipeline needs at least pp
+micro batches a step), and the spec's own (l, m) is read off the surface.
 Nothing is fitted to the run being projected. What the surface cannot see: a layout whose cost is not linear in
 layers or micro batches (a memory cliff, an allocator that starts to thrash), noise in four short runs.
 """
@@ -37,10 +38,10 @@ from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, ac_period
 
 WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
-MEASURED_STEPS = 6  # the median of these is the slice's step time
+MEASURED_STEPS = 10  # the median of these is the slice's step time
 ASSUMPTIONS = (
     "T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m, fixed exactly by four real runs "
-    "of the spec at l in {u, 2u} layers per stage and m in {1, 2} micro batches (u: the recompute unit)",
+    "of the spec at l in {u, 2u} layers per stage and m in {pp, 2 pp} micro batches (u: the recompute unit)",
     "a 1F1B pipeline's bubble ((pp - 1) micro-batch times) is linear in the stage's layers: it is part of per_layer",
     "each slice run's step time is the median of its measured steps (after the warm-up steps)",
 )
@@ -74,15 +75,15 @@ class Surface:
 
 
 def surface(runs: list[SliceRun]) -> Surface:
-    """The bilinear surface through four runs at (l0, 1), (l0, 2), (l1, 1), (l1, 2)."""
+    """The bilinear surface through four runs at (l0, m0), (l0, m1), (l1, m0), (l1, m1)."""
     at = {(r.layers_per_stage, r.micro_batches): r.step_time_s for r in runs}
-    (l0, l1) = sorted({r.layers_per_stage for r in runs})
-    dl = l1 - l0
-    t01, t02, t11, t12 = at[(l0, 1)], at[(l0, 2)], at[(l1, 1)], at[(l1, 2)]
-    per_layer_micro = (t12 - t11 - t02 + t01) / dl
-    per_layer = (t11 - t01) / dl - per_layer_micro
-    per_micro = (t02 - t01) - per_layer_micro * l0
-    fixed = t01 - per_layer * l0 - per_micro - per_layer_micro * l0
+    (l0, l1), (m0, m1) = sorted({r.layers_per_stage for r in runs}), sorted({r.micro_batches for r in runs})
+    dl, dm = l1 - l0, m1 - m0
+    t00, t01, t10, t11 = at[(l0, m0)], at[(l0, m1)], at[(l1, m0)], at[(l1, m1)]
+    per_layer_micro = (t11 - t10 - t01 + t00) / (dl * dm)
+    per_layer = (t10 - t00) / dl - per_layer_micro * m0
+    per_micro = (t01 - t00) / dm - per_layer_micro * l0
+    fixed = t00 - per_layer * l0 - per_micro * m0 - per_layer_micro * l0 * m0
     return Surface(fixed, per_layer, per_micro, per_layer_micro)
 
 
@@ -100,7 +101,7 @@ def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
     unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
     points = []
     for layers in (unit, 2 * unit):
-        for micro in (1, 2):
+        for micro in (pp, 2 * pp):  # a pipeline runs at least pp micro batches a step
             points.append((layers, micro, {
                 "model.num_layers": layers * pp,
                 "training.global_batch_size": tr.micro_batch_size * plan.dp * micro,
