@@ -1,5 +1,5 @@
 """``tprimat gate`` on real CPU runs: golden values from one run; a rerun passes; a run whose loss curve departs (a
-10x learning rate, trained for real), the rerun with every step 1.6x slower, and the rerun with 1.5x the peak
+10x learning rate, trained for real), the golden run with every step 1.6x slower, and the rerun with 1.5x the peak
 memory each fail naming the check; bad input exits 2 with one line. The CPU's run-to-run noise is near 10%
 (docs/benchmarks.md) and more on a loaded machine, so the rerun is held to a 50% time tolerance; the 1.6x slowdown
 (60% slower) is beyond it and beyond the noise."""
@@ -52,7 +52,9 @@ def runs(tmp_path_factory):
         (root / name).mkdir()
         made[name] = run_inprocess(root / name, [*RUN, *extra]).result
         (root / name / "result.json").write_text(json.dumps(made[name]))
-    for name, result in (("slow", scaled(made["rerun"], time_scale=1.6)),
+    # the slowdown is the golden run's own steps, 1.6x: a rerun that happened to be faster than the golden one
+    # would otherwise leave 1.6x of it inside the 50% tolerance (CI saw 0.669x)
+    for name, result in (("slow", scaled(made["golden"], time_scale=1.6)),
                          ("heavy", scaled(made["rerun"], memory_scale=1.5))):
         (root / name).mkdir()
         (root / name / "result.json").write_text(json.dumps(result))
