@@ -5,7 +5,7 @@ and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the 
 model, precision, GPU count, batch and layout) is projected from the hardware table's published ceilings;
 nothing is fitted to these rows. Rows it cannot express are listed with the reason. Then configs of tprimat's
 native trainer on this CPU (tiny to 100 M parameters, seq 256-1024, 1 and 2 ranks, DDP, FSDP, TP, PP, recompute
-off, full and selective) are each run for real (22 steps, 20 measured) and projected from their measured slice
+off, full and selective) are each run for real (3 repeats of 22 steps, 20 measured) and projected from their measured slice
 (``tprimat project --measure``: four short runs of 1-2 layers per stage x 1-2 micro batches).
 
 Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1),
@@ -119,7 +119,8 @@ def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, floa
     name = " ".join(overrides)
     run_dir = tmp / str(abs(hash(name)))
     subprocess.run([sys.executable, str(ROOT / "launch.py"), *CPU, *overrides, "training.max_steps=22",
-                    "benchmark.warmup_steps=2", f"hydra.run.dir={run_dir}"], check=True, capture_output=True, cwd=ROOT)
+                    "benchmark.warmup_steps=2", "benchmark.repeats=3", f"hydra.run.dir={run_dir}"],
+                   check=True, capture_output=True, cwd=ROOT)
     measured = json.loads((run_dir / "result.json").read_text())["summary"]["tokens_per_s_per_device"]
     target = tmp / "projection.json"
     subprocess.run([sys.executable, "-m", "tprimat", "project", "--measure", *CPU, *overrides, "--json", str(target)],

@@ -2,8 +2,9 @@
 
 The slice is the spec itself, trained for real by its own backend through tprimat's launch path (the same
 layers, width, sequence, micro batch, precision, recompute, compile, sharding and ranks), cut to one or two
-recompute units of decoder layers per pipeline stage and to one or two micro batches per step: four short runs,
-a few steps each. A step of the layouts tprimat runs costs, in layers per stage ``l`` and micro batches ``m``,
+recompute units of decoder layers per pipeline stage and to pp or 2 pp micro batches per step: four short runs,
+a few steps each, in three interleaved rounds. A step of the layouts tprimat runs costs, in layers per stage
+``l`` and micro batches ``m``,
 
     T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m
 
@@ -26,6 +27,7 @@ layers or micro batches (a memory cliff, an allocator that starts to thrash), no
 from __future__ import annotations
 
 import copy
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,12 +40,13 @@ from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, ac_period
 
 WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
+ROUNDS = 3  # interleaved passes over the four slices
 MEASURED_STEPS = 10  # the median of these is the slice's step time
 ASSUMPTIONS = (
     "T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m, fixed exactly by four real runs "
     "of the spec at l in {u, 2u} layers per stage and m in {pp, 2 pp} micro batches (u: the recompute unit)",
     "a 1F1B pipeline's bubble ((pp - 1) micro-batch times) is linear in the stage's layers: it is part of per_layer",
-    "each slice run's step time is the median of its measured steps (after the warm-up steps)",
+    "each slice's step time: the median over 3 interleaved rounds of its runs' median step (after the warm-up)",
 )
 
 
@@ -126,21 +129,28 @@ Runner = Callable[[dict, Path, list], object]  # tprimat.execute.run.execute: (c
 
 
 def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[Optional[list[SliceRun]], str]:
-    """The four slice runs of ``config`` (the composed spec), each trained for real by ``run``; (None, why) when
-    one cannot run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
-    runs, points = [], slice_points(spec, plan)
-    with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, progress(len(points), "measuring") as advance:
-        for i, (layers, micro, settings) in enumerate(points):
-            said = [f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
-            outcome = run(with_settings(config, settings), Path(tmp) / str(i), said)
-            result = outcome.result
-            median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
-            if result.get("status") != "ok" or not median:
-                why = (result.get("error") or "no measured step").splitlines()[0][:300]
-                return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
-            runs.append(SliceRun(layers, micro, median, tuple(said)))
-            advance(f"{layers} layer(s) x {micro} micro batch(es)")
-    return runs, ""
+    """The four slice runs of ``config`` (the composed spec), each trained for real by ``run``, in ``ROUNDS``
+    interleaved rounds (a burst of noise on a shared machine hits one round of every slice alike, not one slice);
+    a slice's step time is the median of its rounds'. (None, why) when one cannot run here (its own refusal or
+    failure, e.g. out of memory or a layout this machine cannot hold)."""
+    points = slice_points(spec, plan)
+    times: dict[int, list[float]] = {i: [] for i in range(len(points))}
+    with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
+            progress(ROUNDS * len(points), "measuring") as advance:
+        for round_ in range(ROUNDS):
+            for i, (layers, micro, settings) in enumerate(points):
+                said = [f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
+                outcome = run(with_settings(config, settings), Path(tmp) / f"{round_}_{i}", said)
+                result = outcome.result
+                median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
+                if result.get("status") != "ok" or not median:
+                    why = (result.get("error") or "no measured step").splitlines()[0][:300]
+                    return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
+                times[i].append(median)
+                advance(f"{layers} layer(s) x {micro} micro batch(es)")
+    return [SliceRun(layers, micro, statistics.median(times[i]),
+                     tuple(f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))))
+            for i, (layers, micro, settings) in enumerate(points)], ""
 
 
 def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> dict:
