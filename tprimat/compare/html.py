@@ -2,8 +2,8 @@
 when viewed): interactive charts of throughput with intervals, speedups, MFU, memory, cost and energy, the time
 and memory breakdowns, loss curves and the published rows, and a sortable table whose flags sit in their rows.
 
-Colours follow the platform and marker symbols (bar patterns) the precision, the same in every chart
-(``PLATFORM_COLOURS``, ``PRECISION_SYMBOLS``; the PNGs use the same colours). A chart the data cannot give is left
+Colours follow the platform and marker symbols (bar patterns) the precision, the same in every chart and in the
+PNGs (``tprimat.compare.plots``: COLOURS, MARKERS, HATCHES). A chart the data cannot give is left
 out with a line saying why; the rest are drawn. Open ``report.html#sort=<column>`` to open it sorted.
 """
 
@@ -18,12 +18,13 @@ from typing import Optional
 from tprimat.compare.breakdown import CATEGORIES, MEMORY, group_breakdown, group_memory
 from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group
+from tprimat.compare.plots import COLOURS
+from tprimat.compare.plots import OTHER_COLOUR as OTHER
 from tprimat.compare.speedups import Speedup
 
-PLATFORM_COLOURS = {"nvidia": "#76b900", "amd": "#ed1c24", "cpu": "#4c78a8"}
-OTHER_COLOUR = "#7f7f7f"
-PRECISION_SYMBOLS = {"bf16": "circle", "fp32": "square", "fp8": "diamond"}
-PRECISION_PATTERNS = {"bf16": "", "fp32": "/", "fp8": "x"}
+PLATFORM_COLOURS, OTHER_COLOUR = COLOURS, OTHER  # one palette for the PNGs and the page
+PRECISION_SYMBOLS = {"bf16": "circle", "fp32": "square", "fp8": "diamond"}  # the PNGs' MARKERS, in Plotly's names
+PRECISION_PATTERNS = {"bf16": "", "fp32": "/", "fp8": "x"}  # the PNGs' HATCHES
 COLUMNS = [("group", "label"), ("device", "device"), ("framework", "framework"), ("precision", "numerics"),
            ("tokens/s/device", "tokens_per_s_per_device"), ("TFLOP/s/device", "tflops_per_device"), ("MFU", "mfu"),
            ("peak GiB", "peak_memory_gib"), ("US$ / 1T tokens", "usd_per_1t_tokens"),

@@ -1,4 +1,5 @@
-"""PNG plots for the report: readable at a glance, every axis with units, platforms in fixed colours."""
+"""PNG plots for the report: readable at a glance, every axis with units, platforms in fixed colours and precisions
+in fixed marks (bars hatched, curves marked), the same as report.html's (``tprimat.compare.html``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from pathlib import Path
 
 from tprimat.compare.groups import Group
 
-COLOURS = {"nvidia": "#76b900", "amd": "#ed1c24", "cpu": "#6b6b6b"}
+COLOURS = {"nvidia": "#76b900", "amd": "#ed1c24", "cpu": "#4c78a8"}
+OTHER_COLOUR = "#7f7f7f"
+HATCHES = {"bf16": "", "fp32": "//", "fp8": "xx"}  # report.html: plain, "/", "x"
+MARKERS = {"bf16": "o", "fp32": "s", "fp8": "D"}  # report.html: circle, square, diamond
 
 
 def _pyplot():
@@ -28,8 +32,10 @@ def _bar(groups: list[Group], values, ylabel: str, title: str, path: Path, error
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4.5))
     xs = range(len(groups))
     heights = [v if v is not None else 0 for v in values]
-    bars = ax.bar(xs, heights, color=[COLOURS.get(g.platform, "#1f77b4") for g in groups],
-                  yerr=errors, capsize=6 if errors is not None else 0)
+    bars = ax.bar(xs, heights, color=[COLOURS.get(g.platform, OTHER_COLOUR) for g in groups],
+                  yerr=errors, capsize=6 if errors is not None else 0, edgecolor="white")
+    for bar, group in zip(bars, groups):
+        bar.set_hatch(HATCHES.get(group.precision, ".."))
     for bar, value in zip(bars, values):
         label = "n/a" if value is None else (f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}")
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
@@ -59,7 +65,8 @@ def step_times(groups: list[Group], out: Path) -> Path:
     data = [[s["step_time_s"] for s in g.measured()] or [float("nan")] for g in groups]
     box = ax.boxplot(data, patch_artist=True)
     for patch, g in zip(box["boxes"], groups):
-        patch.set_facecolor(COLOURS.get(g.platform, "#1f77b4"))
+        patch.set_facecolor(COLOURS.get(g.platform, OTHER_COLOUR))
+        patch.set_hatch(HATCHES.get(g.precision, ".."))
         patch.set_alpha(0.6)
     ax.set_xticks(range(1, len(groups) + 1), [_short(g) for g in groups], fontsize=8)
     ax.set_ylabel("step time (s)")
@@ -77,12 +84,11 @@ def curves(groups: list[Group], out: Path) -> Path:
     plt = _pyplot()
     fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(12, 4.5))
     styles = ["-", "--", ":", "-."]
-    markers = ["o", "s", "^", "D", "v", "x"]
     for i, g in enumerate(groups):
         steps = [s for s in g.runs[0].result["steps"] if s["repeat"] == 0]
         xs = [s["step"] for s in steps]
-        colour, style = COLOURS.get(g.platform, None), styles[i % len(styles)]
-        marker = markers[i % len(markers)]
+        colour, style = COLOURS.get(g.platform, OTHER_COLOUR), styles[i % len(styles)]
+        marker = MARKERS.get(g.precision, "x")
         ax_loss.plot(xs, [s["loss"] for s in steps], style, color=colour, marker=marker, markersize=3, label=g.label)
         ax_lr.plot(xs, [s["lr"] for s in steps], style, color=colour, marker=marker, markersize=3, label=g.label)
     ax_loss.set(xlabel="optimizer step", ylabel="training loss (nats/token)", title="Loss")
