@@ -93,6 +93,17 @@ def test_pipeline_bubble_is_pp_minus_one_micro_batches():
     assert p["breakdown_s"]["compute_s"] == pytest.approx(4 * micro)
 
 
+def test_an_interleaved_pipelines_bubble_is_divided_by_vp():
+    """Megatron-LM's interleaved 1F1B (Narayanan et al. 2021): the bubble is (pp - 1) / vp micro-batch times.
+    4 stages of 2 chunks over 8 layers (1 layer a chunk), 8 micro batches: 3 / 2 = 1.5 micro-batch times."""
+    spec = spec_of("platform.devices_per_node=4", "parallelism.pp=4", "parallelism.vp=2", "model.num_layers=8",
+                   "training.global_batch_size=16", "training.micro_batch_size=2", "framework=megatron")
+    p = project(spec, WORK, ROUND, dp=1, accum=8, peak_tflops=None)
+    micro = 2 * LAYER_S  # 8 layers over 4 stages
+    assert p["micro_batch_s"] == pytest.approx(micro)
+    assert p["breakdown_s"]["bubble_s"] == pytest.approx(3 / 2 * micro)
+
+
 def test_a_group_across_nodes_rings_over_one_nic_per_local_member():
     assert link_gb_s(Group("tp", 8, 1), 8, ROUND) == 100.0  # fits in a node
     assert link_gb_s(Group("dp", 16, 1), 8, ROUND) == pytest.approx(min(100.0, 10.0 * 8))

@@ -16,7 +16,8 @@ Model, each assumption stated in the result's ``projection.assumptions``:
   group has in each node, as NCCL/RCCL spread rings over every NIC, capped by the in-node links).
   Tensor-parallel and pipeline transfers are exposed; FSDP, data-parallel and context-parallel traffic
   overlaps compute and only its excess over the compute it hides behind is exposed.
-- The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike); the optimizer step
+- The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike), (pp - 1) / vp under an
+  interleaved schedule (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B); the optimizer step
   reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
 """
 
@@ -37,7 +38,7 @@ ASSUMPTIONS = (
     FLASH_NOTE,
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
-    "pipeline bubble (pp - 1) micro-batch times per step; AdamW step 28 B per local parameter over HBM",
+    "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
 )
 
 
@@ -232,7 +233,7 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
     local_params = flops.heaviest_stage_params(spec.model, par.pp) / par.tp / (
         dp if par.fsdp or par.zero_stage >= 1 else 1)
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
-    compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) * micro.total_s
+    compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s
     step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s
     tokens_per_s_per_device = tr.global_batch_size * tr.seq_length / step_s / world
     tflops = flops.flops_per_token(spec.model, tr.seq_length) * tokens_per_s_per_device / 1e12
