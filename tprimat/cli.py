@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 
 def check(paths: list[str], rebuild_missing: bool = False) -> int:
@@ -105,10 +106,8 @@ def plan_best(overrides: list[str]) -> int:
 def project(args) -> int:
     """Each point's projection on its target device (the same overrides as launch.py, sweep syntax too)."""
     from tprimat.compose import Composer, OverrideError, expand
-    from tprimat.execute.prepare import prepare
-    from tprimat.execute.project import print_projection, projection_of, read_preflight
+    from tprimat.execute.project import print_projection, read_preflight
     from tprimat.measure.devices import detect
-    from tprimat.spec.build import SpecError, build_spec
 
     hw = detect()  # resolves platform=auto; a dry-run preparation checks nothing against this host
     try:
@@ -124,31 +123,39 @@ def project(args) -> int:
     bad, compose, out = 0, Composer().compose, []
     for overrides in expanded:
         label = " ".join(overrides) or "(defaults)"
-        try:
-            spec = build_spec(compose(overrides), hw)
-        except SpecError as exc:
-            print(f"{label}: invalid: {exc.problems[0]}")
-            bad += 1
-            continue
-        prepared = prepare(spec, hw, dry_run=True)
-        if prepared.problems:
-            print(f"{label}: invalid: {prepared.problems[0]}")
-            bad += 1
-            continue
-        if args.measure:
-            from tprimat.execute.run import execute
-            from tprimat.execute.slice import project_measured
-
-            result = project_measured(compose(overrides), spec, prepared.plan, execute)
-            bad += not result["available"]
+        result, problem = project_point(overrides, compose, hw, preflight, args.measure)
+        if problem:
+            print(f"{label}: invalid: {problem}")
         else:
-            result = projection_of(spec, prepared.plan, preflight)
-        print_projection(label, result)
-        out.append({"overrides": overrides, "projection": result})
+            print_projection(label, result)
+            out.append({"overrides": overrides, "projection": result})
+        bad += bool(problem) or not result["available"]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 2 if bad else 0
+
+
+def project_point(overrides: list[str], compose, hw, preflight, measure: bool) -> tuple[Optional[dict], str]:
+    """(the point's projection, "") or (None, why it is invalid): the roofline, or with ``measure`` its measured
+    slice run here (``tprimat.execute.slice``)."""
+    from tprimat.execute.prepare import prepare
+    from tprimat.execute.project import projection_of
+    from tprimat.spec.build import SpecError, build_spec
+
+    try:
+        spec = build_spec(compose(overrides), hw)
+    except SpecError as exc:
+        return None, exc.problems[0]
+    prepared = prepare(spec, hw, dry_run=True)
+    if prepared.problems:
+        return None, prepared.problems[0]
+    if not measure:
+        return projection_of(spec, prepared.plan, preflight), ""
+    from tprimat.execute.run import execute
+    from tprimat.execute.slice import project_measured
+
+    return project_measured(compose(overrides), spec, prepared.plan, execute), ""
 
 
 def build_parser() -> argparse.ArgumentParser:
