@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from tprimat.spec import recipes
-from tprimat.spec.build import SpecError
+from tprimat.spec.build import SpecError, set_dotted
 from tprimat.spec.schema import TprimatConf
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -308,19 +308,6 @@ def get_dotted(data: dict, key: str):
     for part in key.split("."):
         node = node[part]
     return node
-
-
-def set_dotted(data: dict, key: str, value) -> None:
-    """``a.b.c=value`` on a plain dict; a key the composed config does not have is refused (KeyError)."""
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        if not isinstance(node.get(part), dict):
-            raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
-        node = node[part]
-    if leaf not in node:
-        raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
-    node[leaf] = value
 
 
 ComposeFn = Callable[[list[str]], dict]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +19,7 @@ from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group
 from tprimat.compare.plots import COLOURS
 from tprimat.compare.plots import OTHER_COLOUR as OTHER
+from tprimat.compare.sane import number_problem
 from tprimat.compare.speedups import Speedup
 
 PLATFORM_COLOURS, OTHER_COLOUR = COLOURS, OTHER  # one palette for the PNGs and the page
@@ -36,12 +36,8 @@ def colour(group: Group) -> str:
 
 
 def number(value) -> Optional[float]:
-    """A finite float, else None (a foreign result's absurd number is not drawn)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+    """A finite float in range, else None (a foreign result's absurd number is not drawn; ``sane``'s rule)."""
+    return None if value is None or number_problem("value", value) else float(value)
 
 
 def bars(groups: list[Group], key: str, title: str, axis: str, scale: float = 1.0, errors: bool = False):

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 from tprimat import backends
 from tprimat.execute.project import projection_of
 from tprimat.spec import memory
-from tprimat.spec.build import SpecError, build_spec, spec_to_dict
+from tprimat.spec.build import SpecError, build_spec, set_dotted, spec_to_dict
 from tprimat.spec.compat import get
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.keeps import MEGATRON_CORE
@@ -62,11 +62,7 @@ def layouts(spec: TprimatConf) -> Iterator[dict]:
 def with_settings(spec: TprimatConf, settings: dict, hw: DetectedHardware) -> Optional[TprimatConf]:
     data = copy.deepcopy(spec_to_dict(spec))
     for key, value in settings.items():
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+        set_dotted(data, key, value)
     try:
         return build_spec(data, hw)
     except SpecError:

@@ -36,6 +36,7 @@ from typing import Callable, Optional
 
 from tprimat.results.progress import progress
 from tprimat.spec import flops
+from tprimat.spec.build import set_dotted
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, ac_period
 
@@ -117,11 +118,7 @@ def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
 def with_settings(config: dict, settings: dict) -> dict:
     data = copy.deepcopy(config)
     for key, value in settings.items():
-        node = data
-        *parents, leaf = key.split(".")
-        for name in parents:
-            node = node.setdefault(name, {})
-        node[leaf] = value
+        set_dotted(data, key, value)
     return data
 
 
@@ -134,12 +131,14 @@ def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[O
     a slice's step time is the median of its rounds'. (None, why) when one cannot run here (its own refusal or
     failure, e.g. out of memory or a layout this machine cannot hold)."""
     points = slice_points(spec, plan)
+    labels = [[f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
+              for *_, settings in points]
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
             progress(ROUNDS * len(points), "measuring") as advance:
         for round_ in range(ROUNDS):
             for i, (layers, micro, settings) in enumerate(points):
-                said = [f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
+                said = labels[i]
                 outcome = run(with_settings(config, settings), Path(tmp) / f"{round_}_{i}", said)
                 result = outcome.result
                 median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
@@ -148,9 +147,8 @@ def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[O
                     return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
                 times[i].append(median)
                 advance(f"{layers} layer(s) x {micro} micro batch(es)")
-    return [SliceRun(layers, micro, statistics.median(times[i]),
-                     tuple(f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))))
-            for i, (layers, micro, settings) in enumerate(points)], ""
+    return [SliceRun(layers, micro, statistics.median(times[i]), tuple(labels[i]))
+            for i, (layers, micro, _) in enumerate(points)], ""
 
 
 def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> dict:

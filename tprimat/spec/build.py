@@ -160,3 +160,16 @@ def spec_identity(spec: dict) -> str:
         if isinstance(blob.get(section), dict) and blob[section].get(key, default) == default and key in blob[section]:
             blob[section] = {k: v for k, v in blob[section].items() if k != key}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def set_dotted(data: dict, key: str, value) -> None:
+    """``a.b.c=value`` on a plain dict; a key the composed config does not have is refused (KeyError)."""
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
+        node = node[part]
+    if leaf not in node:
+        raise KeyError(f"{key}: unknown key (not in the tprimat schema; check its spelling)")
+    node[leaf] = value

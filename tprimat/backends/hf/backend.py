@@ -7,6 +7,7 @@ or the Trainer's own DeepSpeed integration (``TrainingArguments(deepspeed=...)``
 from __future__ import annotations
 
 import tempfile
+from contextlib import nullcontext
 
 import torch
 
@@ -88,11 +89,10 @@ class TransformersBackend(Backend):
         return engine_config(spec, plan) if spec.parallelism.zero_stage else {}
 
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
-        run_once = lambda repeat: self._run_once(spec, plan, on_step, repeat)  # noqa: E731
-        if not spec.parallelism.zero_stage:
-            return RunOutcome(effective=run_repeats(spec, run_once))
-        with single_process_group(pick_device(spec)):  # DeepSpeed needs a process group even on one rank
-            return RunOutcome(effective=run_repeats(spec, run_once))
+        # DeepSpeed needs a process group even on one rank
+        group = single_process_group(pick_device(spec)) if spec.parallelism.zero_stage else nullcontext()
+        with group:
+            return RunOutcome(effective=run_repeats(spec, lambda repeat: self._run_once(spec, plan, on_step, repeat)))
 
     def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
