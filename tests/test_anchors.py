@@ -131,3 +131,18 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(monkeypatch):
         planned = plan_sweep(points, Composer().compose)
         assert len(planned) == 3
         assert ("planning" in stream.getvalue()) is shown, stream.getvalue()
+
+
+def test_a_deep_checks_stages_show_inside_a_sweeps_bar(monkeypatch):
+    """`tprimat plan --deep` over two points of a 2-stage pipeline: the stages' line joins the points' bar (rich
+    allows one live display; a second bar would raise), and the check still measures both stages."""
+    from tprimat.compose import Composer, expand
+    from tprimat.sweep.plan import plan_sweep
+
+    stream = Terminal()
+    monkeypatch.setattr("sys.stderr", stream)
+    points = expand(["platform=cpu", "model=llama_tiny", "platform.devices_per_node=2", "parallelism.pp=2",
+                     "training.global_batch_size=4,8", "dry_run=true"])
+    planned = plan_sweep(points, Composer().compose, deep=True)
+    assert [len(p.deep_roles) for p in planned] == [2, 2]
+    assert "planning" in stream.getvalue() and "deep check: stage" in stream.getvalue()

@@ -137,15 +137,27 @@ def trace_activations(model, spec, layout) -> tuple[Optional[float], Optional[st
 def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, activations: bool = True,
                timeout_s: float = 300) -> tuple[list[dict], Optional[str]]:
     """(one measurement per role, None) or (what was measured, the layout's failure in one line)."""
-    roles = []
-    for rank in role_ranks(pp, dp, tp):
-        argv = [sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank), str(activations)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode != 0:
-            lines = [RANK_PREFIX.sub("", line) for line in proc.stderr.strip().splitlines() if line.strip()]
-            return roles, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
-        roles.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    from tprimat.results.progress import progress
+
+    roles, ranks = [], role_ranks(pp, dp, tp)
+    with progress(len(ranks), "deep check: stage") as advance:
+        for rank in ranks:
+            measured, failure = build_role(spec_dict, rank, activations, timeout_s)
+            if failure is not None:
+                return roles, failure
+            roles.append(measured)
+            advance(f"{len(roles) + 1} of {len(ranks)}")
     return roles, None
+
+
+def build_role(spec_dict: dict, rank: int, activations: bool, timeout_s: float) -> tuple[Optional[dict], Optional[str]]:
+    """One role's measurement in its own process, or the layout's failure in one line."""
+    argv = [sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank), str(activations)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        lines = [RANK_PREFIX.sub("", line) for line in proc.stderr.strip().splitlines() if line.strip()]
+        return None, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
 
 
 def measured_memory(roles: list[dict], overhead_gib: float) -> dict:
