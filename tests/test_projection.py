@@ -13,7 +13,7 @@ from tprimat.compare.load import Loaded
 from tprimat.compose import compose
 from tprimat.spec import flops
 from tprimat.spec.build import build_spec
-from tprimat.spec.projection import Ceilings, Group, OpCost, Work, ceilings, link_gb_s, project
+from tprimat.spec.projection import Ceilings, Group, OpCost, Work, ceilings, link_gb_s, op_time_s, project
 
 TABLE = ["platform=nvidia", "platform.gpu=h100", "model=llama_tiny"]
 # 100 TFLOP/s, 1000 GB/s memory, 100 GB/s in a node, 10 GB/s per GPU across nodes: round numbers to check by hand
@@ -31,10 +31,11 @@ def spec_of(*overrides):
 
 
 @pytest.mark.parametrize("framework,k,extra_per_layer", [("native", 2, 0.023 / 2), ("native", 4, 0.023 / 4),
-                                                         ("megatron", 2, 0.0)])
+                                                         ("megatron", 2, 0.0), ("torchtitan", 2, 0.003)])
 def test_selective_recompute_costs_the_recomputed_forward(framework, k, extra_per_layer):
     """Native recomputes every k-th layer's whole forward (0.023 s per layer); Megatron-style selective
-    recompute redoes the core attention only (no attention op in this work: nothing)."""
+    recompute redoes the core attention only (no attention op in this work: nothing); torchtitan's op SAC saves
+    the first matmul's output and reruns the elementwise op (0.003 s)."""
     spec = spec_of("platform.devices_per_node=1", "parallelism.fsdp=false", "training.global_batch_size=4",
                    "training.micro_batch_size=2", f"framework={framework}", "framework.path=.",
                    "training.activation_checkpointing=selective", f"training.ac_frequency={k}")
@@ -116,11 +117,54 @@ def test_ceilings_come_from_the_table_with_sources_or_say_why_not():
     assert why is None and c.matmul_tflops == 794.5 and c.memory_gb_s == 3350.0 and c.intra_node_gb_s == 450.0
     assert "mamf" in c.sources["matmul"].lower()
     fp8, _ = ceilings(spec_of("training.precision=fp8"))
-    assert fp8.matmul_tflops == pytest.approx(1978.9 * 794.5 / 989.4) and fp8.attention_tflops == 794.5
+    assert fp8.matmul_tflops == pytest.approx(1978.9 * 794.5 / 989.4)
     h200, _ = ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=h200", "model=llama_tiny"])))
     assert h200.matmul_tflops == 794.5 and h200.memory_gb_s == 4800.0 and "same die" in h200.sources["matmul"]
     none, why = ceilings(build_spec(compose(["platform=cpu", "model=llama_tiny"])))
     assert none is None and "preflight" in why
+
+
+@pytest.mark.parametrize("framework,fwd,bwd", [("torchtitan", 333.0, 318.0), ("megatron", 529.0, 518.0)])
+def test_attention_runs_at_the_stacks_kernel_as_its_authors_measured_it(framework, fwd, bwd):
+    """On an H100 (the GPU FlashAttention-3's paper measured), attention runs at the published TFLOP/s of the
+    kernel the stack calls: FlashAttention-2 under torch's SDPA, cuDNN under Transformer Engine (figs. 5-6)."""
+    c, _ = ceilings(spec_of(f"framework={framework}", "framework.path=."))
+    op = OpCost("attention", 1e12, 0.0)
+    assert op_time_s(op, c) == pytest.approx(1e12 / (fwd * 1e12))
+    assert op_time_s(op, c, backward=True) == pytest.approx(1e12 / (bwd * 1e12))
+
+
+def test_a_power_cap_lowers_the_compute_ceilings_by_the_cube_root_of_the_power_share():
+    """torchtitan's H100s ran at 500 W of 700 W: (5/7)^(1/3) = 0.8939 of the clock for matmuls and attention;
+    HBM keeps its bandwidth. The 96 GB HBM2e part of those hosts is found by its name and moves 2.4 TB/s."""
+    full, _ = ceilings(spec_of())
+    capped, _ = ceilings(spec_of("platform.power_limit_w=500"))
+    assert capped.matmul_tflops / full.matmul_tflops == pytest.approx(0.8939, abs=1e-4)
+    assert capped.attention_tflops / full.attention_tflops == pytest.approx(0.8939, abs=1e-4)
+    assert capped.memory_gb_s == full.memory_gb_s and "power_limit_w=500" in capped.sources["matmul"]
+    assert ceilings(spec_of("platform.power_limit_w=900"))[0].matmul_tflops == full.matmul_tflops  # above TDP
+    from tprimat.spec.hardware import device_key_from_name
+
+    assert device_key_from_name("NVIDIA H100 96GB HBM2e") == "h100_96gb"
+    assert device_key_from_name("NVIDIA H100 80GB HBM3") == "h100"
+    grand_teton, _ = ceilings(spec_of("platform.gpu=h100_96gb"))
+    assert grand_teton.memory_gb_s == 2400.0 and grand_teton.matmul_tflops == 794.5
+
+
+def test_torchtitans_op_sac_reruns_the_second_fourth_and_sixth_matmul_of_a_llama_layer():
+    """torchtitan saves every other mm: of q, k, v, o, w1, w3, w2 it reruns k, o and w3, by hand
+    (h*kv + q*h + h*ffn) / (h*q + 2 h*kv + q*h + 3 h*ffn) of the forward's matmul FLOPs, and every elementwise op."""
+    from tprimat.backends.native.opcount import trace_work
+    from tprimat.spec.projection import op_sac_recomputed
+
+    spec = spec_of("training.micro_batch_size=1", "training.seq_length=64")
+    fwd = trace_work(spec).ops("layer", "fwd")
+    d = flops.dims(spec.model)
+    expected = (d.kv_size + d.q_size + d.ffn) / (2 * d.q_size + 2 * d.kv_size + 3 * d.ffn)
+    rerun = op_sac_recomputed(fwd)
+    assert sum(o.flops for o in rerun) / sum(o.flops for o in fwd if o.kind == "matmul") == pytest.approx(expected)
+    assert [o for o in fwd if o.kind == "memory"] == [o for o in rerun if o.kind == "memory"]
+    assert not [o for o in rerun if o.kind == "attention"]
 
 
 def test_the_trace_counts_the_flops_the_formulas_give():

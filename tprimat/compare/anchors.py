@@ -55,8 +55,9 @@ def differences(group: Group, row: dict) -> list[str]:
             found.append(f"{name} {'not stated' if tr.get(key) is None else tr.get(key)} vs {row[key]}")
     if row["gpus"] != group.world_size:
         found.append(f"GPU count {group.world_size} vs {row['gpus']}")
-    if row.get("power_w"):
-        found.append(f"power cap: the published run capped at {row['power_w']} W")
+    mine = group.spec["platform"].get("power_limit_w")
+    if row.get("power_w") and row["power_w"] != mine:
+        found.append(f"power cap {f'{mine:g} W' if mine else 'none (TDP)'} vs {row['power_w']} W")
     if row["kind"] == "floor":
         found.append("the row is an acceptance floor (a minimum), not a measurement")
     return found

@@ -42,6 +42,9 @@ DEVICES: dict[str, DeviceSpec] = {
     for d in (
         DeviceSpec("a100", "nvidia", "NVIDIA A100 SXM", r"\bA100\b", 312.0, None, 19.5, 80, 400, None,
                    SPEC_SHEETS + " (NVIDIA A100 datasheet)"),
+        DeviceSpec("h100_96gb", "nvidia", "NVIDIA H100 96GB HBM2e", r"\bH100\b.*\b9[46]\s*GB\b.*HBM2e", 989.4, 1978.9,
+                   67.0, 96, 700, None, SPEC_SHEETS + " (NVIDIA H100 datasheet; the 96 GB HBM2e part of Meta's Grand "
+                   "Teton hosts, pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md)"),
         DeviceSpec("h100", "nvidia", "NVIDIA H100 SXM", r"\bH100\b", 989.4, 1978.9, 67.0, 80, 700, 2.99,
                    SPEC_SHEETS + " (NVIDIA H100 datasheet)", PRICE_NOTE_2026 + ": Lambda H100 SXM"),
         DeviceSpec("h200", "nvidia", "NVIDIA H200 SXM", r"\bH200\b", 989.4, 1978.9, 67.0, 141, 700, None,
@@ -61,7 +64,8 @@ DEVICES: dict[str, DeviceSpec] = {
 
 # Measured achievable BF16 matmul ceilings (MAMF), TFLOP/s: Stas Bekman, ml-engineering mamf-finder.
 MAMF_BF16_TFLOPS = {"h100": 794.5, "b200": 1745.0, "mi300x": 668.4, "mi325x": 784.9, "mi355x": 1565.0}
-MAMF_SAME_DIE = {"h200": "h100"}  # H200: the H100 SXM's GH100 die and clocks with more HBM: H100's ceiling
+# H200 and the 96 GB H100: the H100 SXM's GH100 die and clocks with other HBM: H100's ceiling
+MAMF_SAME_DIE = {"h200": "h100", "h100_96gb": "h100"}
 MAMF_SOURCE = "Maximum Achievable Matmul FLOPS, BF16 (Stas Bekman, ml-engineering, mamf-finder)"
 
 
@@ -77,6 +81,8 @@ class Bandwidth:
 BANDWIDTHS = {
     "a100": Bandwidth(2039.0, 300.0, "NVIDIA A100 80GB SXM datasheet: 2,039 GB/s HBM2e; NVLink 3 600 GB/s bidirectional"),
     "h100": Bandwidth(3350.0, 450.0, "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3; NVLink 4 900 GB/s bidirectional"),
+    "h100_96gb": Bandwidth(2400.0, 450.0, "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand "
+                                          "Teton): 96 GB HBM2e at 2.4 TB/s; NVLink 4 900 GB/s bidirectional"),
     "h200": Bandwidth(4800.0, 450.0, "NVIDIA H200 SXM datasheet: 4.8 TB/s HBM3e; NVLink 4 900 GB/s bidirectional"),
     "b200": Bandwidth(8000.0, 900.0, "NVIDIA DGX B200 datasheet: 64 TB/s HBM3e over 8 GPUs; NVLink 5 1.8 TB/s "
                                      "bidirectional per GPU"),

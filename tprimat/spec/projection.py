@@ -8,9 +8,12 @@ Model, each assumption stated in the result's ``projection.assumptions``:
   sum over its operations (one decoder layer traced, times the layers of the heaviest pipeline stage, plus the
   output head and loss). Tensor parallelism divides each layer's work evenly over ``tp``; context parallelism
   gives each rank seq/cp queries against all keys.
-- Linear layers run at the matmul ceiling of the training precision, attention at the BF16 one (also under
-  FP8), other operations at the memory bandwidth, one by one as eager PyTorch runs them (compile's fusion is
-  not modelled). Full recompute repeats the layer's forward; selective recompute repeats attention.
+- Linear layers run at the matmul ceiling of the training precision, attention (BF16, also under FP8) at what
+  the stack's fused kernel was measured to reach (``tprimat.spec.kernels``: FlashAttention-2 under torch's SDPA,
+  cuDNN under Transformer Engine), other operations at the memory bandwidth, one by one as eager PyTorch runs
+  them (compile's fusion is not modelled). A power cap below the TDP lowers the compute ceilings. Full
+  recompute repeats the layer's forward; selective recompute repeats attention (Megatron-style), every k-th
+  layer (native, DeepSpeed) or every operation but attention and every other matmul (torchtitan's op SAC).
 - Collectives are rings: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n, over
   the group's slowest link (inside a node when the group fits in one; across nodes, one NIC per member the
   group has in each node, as NCCL/RCCL spread rings over every NIC, capped by the in-node links).
@@ -27,11 +30,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tprimat.spec import flops, hardware, keeps
+from tprimat.spec import flops, hardware, keeps, kernels
 from tprimat.spec.schema import TprimatConf, ac_period
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
-FLASH_NOTE = "attention at the BF16 matmul ceiling (flash kernels reach less: an optimistic bound)"
+FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
 ASSUMPTIONS = (
     "roofline per traced operation: max(FLOPs / ceiling, bytes / memory bandwidth), eager op by op",
     "tensor parallelism splits each layer's work evenly; context parallelism: seq/cp queries against all keys",
@@ -39,6 +42,7 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
+    kernels.POWER_CAP_NOTE,
 )
 
 
@@ -72,38 +76,63 @@ class Ceilings:
     sources: dict = field(default_factory=dict)
     op_overhead_s: float = 0.0  # per operation: dispatch (and launch) cost, measured by tprimat preflight
     synchronous: bool = False  # CPU: an operation's overhead adds to its work; GPU: launches run ahead
+    attention_bwd_tflops: Optional[float] = None  # the attention kernel's backward, when it differs
 
 
 def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optional[Ceilings], Optional[str]]:
     """The target's ceilings: a ``tprimat preflight`` file's measurements first, else the hardware table's
     published figures; (None, why) when neither knows the device."""
-    precision = spec.training.precision
     if preflight is not None:
-        return preflight_ceilings(preflight, precision)
+        return preflight_ceilings(preflight, spec.training.precision)
     if spec.platform.name == "cpu":
         return None, "a CPU has no published ceilings: pass a tprimat preflight file (--preflight)"
     key = spec.platform.gpu
     device, bandwidth = hardware.lookup(key), hardware.BANDWIDTHS.get(key or "")
     if device is None or bandwidth is None:
         return None, f"platform.gpu={key}: no peak or bandwidth in the hardware table"
-    mamf_key = hardware.MAMF_SAME_DIE.get(key, key)
+    matmul, why = matmul_ceiling(spec, device)
+    if matmul is None:
+        return None, why
+    bf16, bf16_source = matmul_ceiling(spec, device, "bf16")[0], bf16_ceiling(device)[1]
+    clock = kernels.power_cap_factor(spec.platform.power_limit_w, device.tdp_w)
+    kernel = kernels.attention_kernel(spec.framework.name)
+    attention = (kernel.fwd_tflops_h100 * bf16 / kernels.H100_MAMF_TFLOPS,
+                 kernel.bwd_tflops_h100 * bf16 / kernels.H100_MAMF_TFLOPS) if spec.training.precision != "fp32" \
+        else (bf16, bf16)
+    capped = f", at {clock:.3f} of its clock under platform.power_limit_w={spec.platform.power_limit_w}" \
+        if clock < 1 else ""
+    return Ceilings(matmul * clock, attention[0] * clock, bandwidth.hbm_gb_s, bandwidth.link_gb_s,
+                    hardware.INTER_NODE_GB_S,
+                    {"matmul": why + capped, "attention": f"{kernel.name}: {kernel.source}, x the device's matmul "
+                                                          f"ceiling / H100's ({bf16_source}){capped}",
+                     "memory": bandwidth.source, "intra_node": bandwidth.source,
+                     "inter_node": hardware.INTER_NODE_SOURCE}, attention_bwd_tflops=attention[1] * clock), None
+
+
+def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
+    """The measured BF16 matmul ceiling (MAMF) of the device or its die, else its spec peak."""
+    mamf_key = hardware.MAMF_SAME_DIE.get(device.key, device.key)
     mamf = hardware.MAMF_BF16_TFLOPS.get(mamf_key)
-    bf16 = mamf if mamf is not None else device.bf16_tflops
-    bf16_source = hardware.MAMF_SOURCE + (f" ({mamf_key}, the same die)" if mamf_key != key else "") \
-        if mamf is not None else device.source + " (spec peak: no published measured ceiling)"
-    matmul, matmul_source = bf16, bf16_source
+    if mamf is None:
+        return device.bf16_tflops, device.source + " (spec peak: no published measured ceiling)"
+    return mamf, hardware.MAMF_SOURCE + (f" ({mamf_key}, the same die)" if mamf_key != device.key else "")
+
+
+def matmul_ceiling(spec: TprimatConf, device: hardware.DeviceSpec,
+                   precision: Optional[str] = None) -> tuple[Optional[float], str]:
+    """(TFLOP/s of the precision's linear layers, its source), or (None, why not)."""
+    precision = precision or spec.training.precision
+    bf16, bf16_source = bf16_ceiling(device)
     if precision == "fp8":
         if device.fp8_tflops is None:
             return None, f"no fp8 peak for {device.name} in the hardware table"
-        matmul = device.fp8_tflops * bf16 / device.bf16_tflops
-        matmul_source = "fp8 spec peak x the BF16 ceiling / BF16 peak ratio (no published FP8 matmul ceiling)"
-    elif precision == "fp32":
-        matmul, matmul_source = device.fp32_tflops, device.source + " (non-tensor FP32 peak)"
-        if matmul is None:
+        return device.fp8_tflops * bf16 / device.bf16_tflops, \
+            "fp8 spec peak x the BF16 ceiling / BF16 peak ratio (no published FP8 matmul ceiling)"
+    if precision == "fp32":
+        if device.fp32_tflops is None:
             return None, f"no fp32 peak for {device.name} in the hardware table"
-    return Ceilings(matmul, bf16, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
-                    {"matmul": matmul_source, "attention": bf16_source, "memory": bandwidth.source,
-                     "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE}), None
+        return device.fp32_tflops, device.source + " (non-tensor FP32 peak)"
+    return bf16, bf16_source
 
 
 def preflight_ceilings(pf: dict, precision: str) -> tuple[Optional[Ceilings], Optional[str]]:
@@ -121,15 +150,17 @@ def preflight_ceilings(pf: dict, precision: str) -> tuple[Optional[Ceilings], Op
                     (pf.get("op_overhead_us") or 0.0) / 1e6, pf.get("platform") == "cpu"), None
 
 
-def op_time_s(op: OpCost, c: Ceilings) -> float:
-    tflops = c.attention_tflops if op.kind == "attention" else c.matmul_tflops
+def op_time_s(op: OpCost, c: Ceilings, backward: bool = False) -> float:
+    attention = c.attention_bwd_tflops if backward and c.attention_bwd_tflops else c.attention_tflops
+    tflops = attention if op.kind == "attention" else c.matmul_tflops
     work = max(op.flops / (tflops * 1e12), op.bytes / (c.memory_gb_s * 1e9))
     return work + c.op_overhead_s if c.synchronous else max(work, c.op_overhead_s)
 
 
-def phase_s(ops: list[OpCost], c: Ceilings, flops_scale: float = 1.0, attention_scale: float = 1.0) -> float:
+def phase_s(ops: list[OpCost], c: Ceilings, flops_scale: float = 1.0, attention_scale: float = 1.0,
+            backward: bool = False) -> float:
     return sum(op_time_s(OpCost(op.kind, op.flops * (attention_scale if op.kind == "attention" else flops_scale),
-                                op.bytes * flops_scale), c) for op in ops)
+                                op.bytes * flops_scale), c, backward) for op in ops)
 
 
 @dataclass(frozen=True)
@@ -172,24 +203,43 @@ class Micro:
     layers: int
 
 
-def selective_recompute_s(spec: TprimatConf, layer_f: float, attention_f: float) -> float:
-    """The forward recomputed per layer under selective recompute: the native backend recomputes every k-th
-    layer whole (``training.ac_frequency``), Megatron-style frameworks the core attention."""
+def op_sac_recomputed(ops: list[OpCost]) -> list[OpCost]:
+    """torchtitan's op SAC (``tprimat.spec.kernels.OP_SAC_SOURCE``): every forward operation is rerun but
+    attention and every other matmul (the 1st, 3rd, ... are saved; the 2nd, 4th, ... recomputed)."""
+    matmuls, rerun = 0, []
+    for op in ops:
+        matmuls += op.kind == "matmul"
+        if op.kind == "memory" or (op.kind == "matmul" and matmuls % 2 == 0):
+            rerun.append(op)
+    return rerun
+
+
+def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> float:
+    """The forward recomputed per layer: full recompute reruns it whole; selective recompute reruns every k-th
+    layer whole (native, DeepSpeed: ``training.ac_frequency``), all but attention and every other matmul
+    (torchtitan's op SAC), or the core attention (Megatron-style frameworks)."""
+    par, recompute = spec.parallelism, spec.training.activation_checkpointing
+    forward = work.ops("layer", "fwd")
+    if recompute == "full":
+        return layer_f
+    if recompute != "selective":
+        return 0.0
     if spec.framework.name in ("native", "deepspeed"):
         return layer_f / ac_period(spec.training.ac_frequency)
-    return attention_f
+    rerun = op_sac_recomputed(forward) if spec.framework.name in kernels.OP_SAC_FRAMEWORKS else \
+        [o for o in forward if o.kind == "attention"]
+    return phase_s(rerun, c, 1 / par.tp, par.cp / par.tp)
 
 
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
-    par, recompute = spec.parallelism, spec.training.activation_checkpointing
+    par = spec.parallelism
     scale, attn = 1 / par.tp, par.cp / par.tp
     layers = math.ceil(spec.model.num_layers / par.pp)
     layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn)
     attention_f = phase_s([o for o in work.ops("layer", "fwd") if o.kind == "attention"], c, scale, attn)
-    layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn)
-    extra_f = layer_f if recompute == "full" else selective_recompute_s(spec, layer_f, attention_f) \
-        if recompute == "selective" else 0.0
-    head = phase_s(work.ops("head", "fwd") + work.ops("head", "bwd"), c, scale)
+    layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn, backward=True)
+    extra_f = recompute_s(spec, work, c, layer_f)
+    head = phase_s(work.ops("head", "fwd"), c, scale) + phase_s(work.ops("head", "bwd"), c, scale, backward=True)
     embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
     return Micro(layers * (layer_f + extra_f + layer_b) + head + embedding, attention_f, layer_b, layers)
 

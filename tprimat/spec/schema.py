@@ -54,6 +54,7 @@ class PlatformConf(Freezable):
     devices_per_node: int = 1  # GPUs per node; processes on CPU
     nodes: int = 1
     price_per_device_hour_usd: Optional[float] = None  # overrides the hardware table's reference price
+    power_limit_w: Optional[float] = None  # the GPUs' power cap (nvidia-smi -pl); null: the device's TDP
     tuned: TunedConf = field(default_factory=TunedConf)
 
 
