@@ -104,3 +104,35 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
     assert all(m["step_time_s"] > 0 for m in p["measurements"])
     assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=8"]
     assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0
+
+
+def test_a_target_bigger_than_this_machine_composes_its_measured_compute_with_its_links_by_hand():
+    """2 nodes x 2 ranks with FSDP, from a one-device slice's surface: the step is the hand sum of the measured
+    parts (2 micro batches of 4 layers + the head, the per-layer update sharded over dp = 4, the fixed cost) and
+    the FSDP traffic the compute cannot hide, three rings of 3/4 of the model's bytes (counted from the real
+    module) at the preflight's 0.001 GB/s."""
+    import torch
+
+    from tprimat.backends.native.model import Decoder
+    from tprimat.execute.scaleout import bigger_than_here, compose_target
+
+    spec, plan = spec_plan("platform=cpu", "platform.nodes=2", "platform.devices_per_node=2", "model=llama_tiny",
+                           "parallelism.fsdp=true", "training.precision=fp32", "training.global_batch_size=16",
+                           "training.micro_batch_size=2")
+    assert bigger_than_here(spec, HOST) and plan.dp == 4 and plan.grad_accum_steps == 2
+    surface_s = {"fixed_s": 0.01, "per_layer_s": 0.04, "per_micro_s": 0.02, "per_layer_micro_s": 0.1}
+    measured = {"available": True, "assumptions": [], "surface_s": surface_s, "method": "measured-slice"}
+    preflight = {"kind": "tprimat_preflight", "matmul_tflops": {"fp32": 0.1}, "memory_gb_s": 10.0,
+                 "allreduce": {"max_busbw_gbps": 0.001}, "platform": "cpu"}
+    p = compose_target(spec, plan, measured, preflight)
+    layers = spec.model.num_layers
+    compute = 2 * (layers * 0.1 + 0.02)
+    with torch.device("meta"):
+        params = sum(t.numel() for t in Decoder(spec.model).parameters())
+    ring = 3 / 4 * params * 4 / 0.001e9
+    fsdp = 2 * (2 * ring + ring) - compute
+    assert p["breakdown_s"]["fsdp_s"] == pytest.approx(fsdp, rel=1e-6)
+    assert p["step_time_s"] == pytest.approx(compute + layers * 0.04 / 4 + 0.01 + fsdp, rel=1e-6)
+    assert p["tokens_per_s_per_device"] == pytest.approx(16 * spec.training.seq_length / p["step_time_s"] / 4)
+    no_links = compose_target(spec, plan, measured, None)
+    assert not no_links["available"] and "preflight" in no_links["reason"]

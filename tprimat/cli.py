@@ -153,9 +153,32 @@ def project_point(overrides: list[str], compose, hw, preflight, measure: bool) -
     if not measure:
         return projection_of(spec, prepared.plan, preflight), ""
     from tprimat.execute.run import execute
+    from tprimat.execute.scaleout import bigger_than_here
     from tprimat.execute.slice import project_measured
 
+    if bigger_than_here(spec, hw):
+        return project_scaled_out(compose(overrides), spec, prepared.plan, hw, preflight)
     return project_measured(compose(overrides), spec, prepared.plan, execute), ""
+
+
+def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:
+    """A target bigger than this machine: its slice measured on one device here, its links modelled."""
+    from tprimat.execute.prepare import prepare
+    from tprimat.execute.run import execute
+    from tprimat.execute.scaleout import compose_target, one_device_batch
+    from tprimat.execute.slice import project_measured, with_settings
+    from tprimat.spec.build import SpecError, build_spec
+
+    local_config = with_settings(config, one_device_batch(spec))
+    try:
+        local = build_spec(local_config, hw)
+    except SpecError as exc:
+        return None, f"the one-device slice: {exc.problems[0]}"
+    prepared = prepare(local, hw, dry_run=True)
+    if prepared.problems:
+        return None, f"the one-device slice: {prepared.problems[0]}"
+    measured = project_measured(local_config, local, prepared.plan, execute)
+    return (compose_target(spec, plan, measured, preflight) if measured["available"] else measured), ""
 
 
 def build_parser() -> argparse.ArgumentParser:
