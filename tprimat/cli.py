@@ -152,13 +152,18 @@ def project_point(overrides: list[str], compose, hw, preflight, measure: bool) -
         return None, prepared.problems[0]
     if not measure:
         return projection_of(spec, prepared.plan, preflight), ""
+    return measured_point(compose(overrides), spec, prepared.plan, hw, preflight)
+
+
+def measured_point(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:
+    """The measured slice run here, or for a target bigger than this machine, on one of its devices."""
     from tprimat.execute.run import execute
     from tprimat.execute.scaleout import bigger_than_here
     from tprimat.execute.slice import project_measured
 
     if bigger_than_here(spec, hw):
-        return project_scaled_out(compose(overrides), spec, prepared.plan, hw, preflight)
-    return project_measured(compose(overrides), spec, prepared.plan, execute), ""
+        return project_scaled_out(config, spec, plan, hw, preflight)
+    return project_measured(config, spec, plan, execute), ""
 
 
 def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:

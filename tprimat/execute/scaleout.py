@@ -52,26 +52,36 @@ def compose_target(spec: TprimatConf, plan: Plan, measured: dict, preflight) -> 
         return {**measured, "available": False, "reason": f"the target's links: {why}"}
     from tprimat.backends.native.opcount import trace_work
 
-    par, surface = spec.parallelism, measured["surface_s"]
-    split = par.tp * par.cp
-    layers = math.ceil(spec.model.num_layers / par.pp)
-    micro_s = (layers * surface["per_layer_micro_s"] + surface["per_micro_s"]) / split
-    modelled = micro_batch(spec, trace_work(spec), found)
-    share = micro_s / modelled.total_s
-    micro = Micro(micro_s, modelled.attention_fwd_s * share, modelled.layer_bwd_s * share, layers)
+    micro = measured_micro(spec, measured["surface_s"], trace_work(spec), found)
     comm = communication(spec, found, plan.dp, plan.grad_accum_steps, micro)
     if comm is None:
         return {**measured, "available": False,
                 "reason": "the layout communicates but no link bandwidth is known (tprimat preflight --ranks N)"}
-    sharded = plan.dp if par.fsdp or par.zero_stage >= 1 else 1
-    parts = {"compute_s": plan.grad_accum_steps * micro_s, "bubble_s": (par.pp - 1) / par.vp * micro_s, **comm,
-             "per_layer_per_step_s": surface["per_layer_s"] * layers / sharded / split,
-             "fixed_s": surface["fixed_s"]}
+    parts = step_parts(spec, plan, measured["surface_s"], micro, comm)
     return {**measured, **throughput(spec, plan, sum(parts.values())), "breakdown_s": parts,
-            "layers_per_stage": layers, "micro_batches": plan.grad_accum_steps,
+            "layers_per_stage": micro.layers, "micro_batches": plan.grad_accum_steps,
             "target": {"world_size": plan.world_size, "measured_on": "one device of this machine",
                        "links": {k: found.sources[k] for k in ("intra_node", "inter_node")}},
             "assumptions": [*measured["assumptions"], *ASSUMPTIONS]}
+
+
+def measured_micro(spec: TprimatConf, surface: dict, work, found) -> Micro:
+    """One micro batch of the heaviest stage from the measured surface, split over tp x cp; its attention and
+    backward shares as the roofline's trace has them (what context-parallel and data-parallel traffic hide behind)."""
+    par = spec.parallelism
+    layers = math.ceil(spec.model.num_layers / par.pp)
+    micro_s = (layers * surface["per_layer_micro_s"] + surface["per_micro_s"]) / (par.tp * par.cp)
+    modelled = micro_batch(spec, work, found)
+    share = micro_s / modelled.total_s
+    return Micro(micro_s, modelled.attention_fwd_s * share, modelled.layer_bwd_s * share, layers)
+
+
+def step_parts(spec: TprimatConf, plan: Plan, surface: dict, micro: Micro, comm: dict) -> dict:
+    par = spec.parallelism
+    sharded = plan.dp if par.fsdp or par.zero_stage >= 1 else 1
+    return {"compute_s": plan.grad_accum_steps * micro.total_s, "bubble_s": (par.pp - 1) / par.vp * micro.total_s,
+            **comm, "per_layer_per_step_s": surface["per_layer_s"] * micro.layers / sharded / (par.tp * par.cp),
+            "fixed_s": surface["fixed_s"]}
 
 
 def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:

@@ -93,20 +93,25 @@ def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optio
     matmul, why = matmul_ceiling(spec, device)
     if matmul is None:
         return None, why
-    bf16, bf16_source = matmul_ceiling(spec, device, "bf16")[0], bf16_ceiling(device)[1]
     clock = kernels.power_cap_factor(spec.platform.power_limit_w, device.tdp_w)
-    kernel = kernels.attention_kernel(spec.framework.name)
-    attention = (kernel.fwd_tflops_h100 * bf16 / kernels.H100_MAMF_TFLOPS,
-                 kernel.bwd_tflops_h100 * bf16 / kernels.H100_MAMF_TFLOPS) if spec.training.precision != "fp32" \
-        else (bf16, bf16)
     capped = f", at {clock:.3f} of its clock under platform.power_limit_w={spec.platform.power_limit_w}" \
         if clock < 1 else ""
-    return Ceilings(matmul * clock, attention[0] * clock, bandwidth.hbm_gb_s, bandwidth.link_gb_s,
-                    hardware.INTER_NODE_GB_S,
-                    {"matmul": why + capped, "attention": f"{kernel.name}: {kernel.source}, x the device's matmul "
-                                                          f"ceiling / H100's ({bf16_source}){capped}",
-                     "memory": bandwidth.source, "intra_node": bandwidth.source,
-                     "inter_node": hardware.INTER_NODE_SOURCE}, attention_bwd_tflops=attention[1] * clock), None
+    (fwd, bwd), attention_source = attention_ceilings(spec, device)
+    return Ceilings(matmul * clock, fwd * clock, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
+                    {"matmul": why + capped, "attention": attention_source + capped, "memory": bandwidth.source,
+                     "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE},
+                    attention_bwd_tflops=bwd * clock), None
+
+
+def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[tuple[float, float], str]:
+    """((forward, backward) TFLOP/s of the stack's attention kernel on the device, its source); FP32 attention
+    runs no fused BF16 kernel: the BF16 matmul ceiling, as before."""
+    bf16, bf16_source = bf16_ceiling(device)
+    if spec.training.precision == "fp32":
+        return (bf16, bf16), bf16_source
+    kernel, scale = kernels.attention_kernel(spec.framework.name), bf16 / kernels.H100_MAMF_TFLOPS
+    return (kernel.fwd_tflops_h100 * scale, kernel.bwd_tflops_h100 * scale), \
+        f"{kernel.name}: {kernel.source}, x the device's matmul ceiling / H100's ({bf16_source})"
 
 
 def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
