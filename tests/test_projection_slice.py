@@ -136,3 +136,21 @@ def test_a_target_bigger_than_this_machine_composes_its_measured_compute_with_it
     assert p["tokens_per_s_per_device"] == pytest.approx(16 * spec.training.seq_length / p["step_time_s"] / 4)
     no_links = compose_target(spec, plan, measured, None)
     assert not no_links["available"] and "preflight" in no_links["reason"]
+
+
+@pytest.mark.slow
+def test_a_run_that_asks_carries_its_measured_slice_projection(tmp_path):
+    """``benchmark.projection=measured-slice``: the run measures its four slices first (read back from the
+    result: their layers and micro batches) and its result's projection is theirs, beside its own measurement;
+    the schema accepts it. A value outside the two is refused, naming the key."""
+    from tests.conftest import QUICK, run_inprocess
+
+    outcome = run_inprocess(tmp_path / "run", ["platform=cpu", "model=llama_tiny", *QUICK,
+                                               "benchmark.projection=measured-slice"])
+    assert outcome.status == "ok"
+    p = outcome.result["projection"]
+    assert p["available"] and p["method"] == "measured-slice" and p["measure_time_s"] > 0
+    assert [(m["layers_per_stage"], m["micro_batches"]) for m in p["measurements"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert outcome.result["summary"]["tokens_per_s_per_device"] > 0 and p["tokens_per_s_per_device"] > 0
+    refused = run_inprocess(tmp_path / "bad", ["platform=cpu", *QUICK, "benchmark.projection=guess"])
+    assert refused.status == "invalid" and "benchmark.projection" in refused.result["error"]

@@ -173,6 +173,7 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     wandb_mode, notes = _wandb_mode(spec) if is_writer else (spec.logging.wandb.mode, [])
     if wandb_mode is None:
         return _invalid(notes, run_dir, common, common["spec"], plan_dict, framework)
+    projection = _projection(prepared, common["spec"], env) if is_writer else None  # before telemetry starts
     sink = _wandb_sink(spec, run_dir, common, wandb_mode) if is_writer else None
     spawned = plan.world_size > 1 and env is None and not prepared.backend.launches_own_ranks
     sampler, telemetry = _sampler(spec, plan.world_size, spawned) if is_writer else (None, None)
@@ -191,7 +192,7 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     if sampler:
         sampler.stop()
         telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup), plan.world_size)
-    result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common, notes)
+    result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common, notes, projection)
     return _finish(result, run_dir, EXIT_OK if result["status"] == "ok" else EXIT_FAILED)
 
 
@@ -231,8 +232,24 @@ def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observ
     return spawn_local(spec_to_dict(spec), run_dir, plan.world_size, header=header)
 
 
+def _projection(prepared: Prepared, spec_dict: dict, env: Optional[RankEnv]) -> dict:
+    """The result's projection: the roofline, or with ``benchmark.projection=measured-slice`` the spec's slice
+    measured first by the process that launches the run (under torchrun or Slurm each rank is its own launcher:
+    the roofline, saying why)."""
+    spec, plan = prepared.spec, prepared.plan
+    if spec.benchmark.projection != "measured-slice":
+        return projection_of(spec, plan)
+    if env is not None:
+        return {**projection_of(spec, plan), "note": "benchmark.projection=measured-slice is measured by a local "
+                "launch (python launch.py); under torchrun or Slurm the result carries the roofline"}
+    from tprimat.execute.slice import project_measured
+
+    log.info("measuring the projection's slice (benchmark.projection=measured-slice)")
+    return project_measured(spec_dict, spec, plan, execute)
+
+
 def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, framework: dict, telemetry,
-                     sink, common: dict, notes: list) -> dict:
+                     sink, common: dict, notes: list, projection: Optional[dict]) -> dict:
     plan, records = prepared.plan, measured.records
     summary = summarize(records, plan.world_size, plan.flops_per_token, plan.peak_tflops)
     status, error = ("failed", measured.error) if measured.error else ("ok", None)
@@ -246,8 +263,7 @@ def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, fr
         _log_summary(prepared.spec, summary)
     return make_result(status=status, error=error, plan=plan_dict, steps=[r.as_dict() for r in records],
                        summary=summary, warnings=warnings, wandb=wandb_info, ranks=measured.ranks,
-                       audit=measured.outcome.audit, telemetry=telemetry,
-                       projection=projection_of(prepared.spec, plan),
+                       audit=measured.outcome.audit, telemetry=telemetry, projection=projection,
                        framework={**framework, "effective": measured.outcome.effective},
                        **measured.outcome.sections, **common)
 

@@ -111,7 +111,8 @@ def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
                 "training.global_batch_size": tr.micro_batch_size * plan.dp * micro,
                 "training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.warmup_steps": WARMUP_STEPS,
                 "training.optimizer.warmup_steps": 1, "benchmark.repeats": 1, "benchmark.telemetry": False,
-                "logging.wandb.mode": "disabled", "dry_run": False, "overwrite": True, "resume_from": None}))
+                "logging.wandb.mode": "disabled", "dry_run": False, "overwrite": True, "resume_from": None,
+                "benchmark.projection": "roofline"}))
     return points
 
 

@@ -192,6 +192,7 @@ class BenchmarkConf(Freezable):
     telemetry: bool = True  # sample power / energy / utilisation during the measured steps
     telemetry_interval_s: float = 0.5
     preflight_file: Optional[str] = None  # a tprimat preflight JSON: measured ceilings for the projection
+    projection: str = "roofline"  # roofline | measured-slice: what the result's projection section holds
 
 
 @dataclass

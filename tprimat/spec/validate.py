@@ -34,6 +34,7 @@ CHOICES = {
     "profile.tool": ("torch", "nsys", "rocprof"),
     "training.optimizer.name": ("adamw",),
     "logging.wandb.mode": ("offline", "online", "disabled"),
+    "benchmark.projection": ("roofline", "measured-slice"),
 }
 DRY_RUN = (False, True, "deep")  # deep: also build the native layout in a fake world and trace its memory
 POSITIVE = (
