@@ -1,6 +1,7 @@
-"""``tprimat project --measure``: the measured-slice projection. Its arithmetic against hand-summed parts and
-against a 1F1B schedule's own step formula; a slice that cannot run here is an invalid point with its reason; and
-on this CPU the whole path for real (four short runs of the spec, their step times read back)."""
+"""``tprimat project --measure``: the measured-slice projection. Its arithmetic against hand-summed parts, against
+a 1F1B schedule's own step formula and against the timeline of torch's own 1F1B schedule run for real; a slice
+that cannot run here is an invalid point with its reason; and on this CPU the whole path for real (four short runs
+of the spec, their step times read back)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,37 @@ def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
     assert (plan.pp, spec.model.num_layers // plan.pp, plan.grad_accum_steps) == (2, 8, 8)
     p = from_runs(spec, plan, runs_from(schedule, micros=(2, 4)), 1.0)  # a pipeline needs >= pp micro batches
     assert p["step_time_s"] == pytest.approx(schedule(8, 8))
+
+
+@pytest.mark.slow
+def test_the_bubble_of_torchs_own_1f1b_timeline_on_cpu_is_read_off_the_slices():
+    """A real 2-stage pipeline under torch's Schedule1F1B, two processes over gloo, its stages sleeping a known
+    forward F = 4 ms x layers + 2 ms and backward 2F (tests/pipeline_timeline.py): its measured steps follow the
+    1F1B timeline, (m + 1) x 3F with the bubble's one micro-batch time, and the surface through four slices
+    (1-2 layers x 2-4 micro batches) predicts the real step at 3 layers x 6 micro batches."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests import pipeline_timeline as timeline
+    from tests.conftest import ROOT
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    points = ["1,2", "1,4", "2,2", "2,4", "3,6"]
+    out = subprocess.run([sys.executable, "-m", "tests.pipeline_timeline", str(port), *points], capture_output=True,
+                         text=True, timeout=300, check=True, cwd=ROOT).stdout
+    measured = json.loads(out.strip().splitlines()[-1])
+    for point, seconds in measured.items():
+        layers, micro = (int(v) for v in point.split(","))
+        forward = timeline.PER_LAYER_FORWARD_S * layers + timeline.PER_STAGE_FORWARD_S
+        assert seconds == pytest.approx((micro + 1) * 3 * forward, rel=0.25), point  # hand-offs cost a little
+    runs = [SliceRun(int(p.split(",")[0]), int(p.split(",")[1]), measured[p], ()) for p in points[:4]]
+    spec, plan = spec_plan("platform=cpu", "platform.devices_per_node=2", "parallelism.pp=2", "model.num_layers=6",
+                           "training.global_batch_size=12", "training.micro_batch_size=2")
+    assert (plan.pp, plan.grad_accum_steps) == (2, 6)
+    assert from_runs(spec, plan, runs, 1.0)["step_time_s"] == pytest.approx(measured["3,6"], rel=0.10)
 
 
 def test_the_slices_keep_the_recomputed_fraction_and_the_layout():
