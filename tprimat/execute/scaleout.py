@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 
-from tprimat.spec import flops
+from tprimat.execute.slice import throughput
 from tprimat.spec.plan import Plan
 from tprimat.spec.projection import Micro, ceilings, communication, micro_batch
 from tprimat.spec.schema import TprimatConf
@@ -82,11 +82,3 @@ def step_parts(spec: TprimatConf, plan: Plan, surface: dict, micro: Micro, comm:
     return {"compute_s": plan.grad_accum_steps * micro.total_s, "bubble_s": (par.pp - 1) / par.vp * micro.total_s,
             **comm, "per_layer_per_step_s": surface["per_layer_s"] * micro.layers / sharded / (par.tp * par.cp),
             "fixed_s": surface["fixed_s"]}
-
-
-def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:
-    tr = spec.training
-    per_device = tr.global_batch_size * tr.seq_length / step_s / plan.world_size
-    tflops = flops.flops_per_token(spec.model, tr.seq_length) * per_device / 1e12
-    return {"step_time_s": step_s, "tokens_per_s_per_device": per_device, "tflops_per_device": tflops,
-            "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None}

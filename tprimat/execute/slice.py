@@ -164,8 +164,16 @@ def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -
     return from_runs(spec, plan, runs, took)
 
 
-def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float) -> dict:
+def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:
+    """A projected step's rates: tokens/s and TFLOP/s per device, MFU where the plan has a peak."""
     tr = spec.training
+    per_device = tr.global_batch_size * tr.seq_length / step_s / plan.world_size
+    tflops = flops.flops_per_token(spec.model, tr.seq_length) * per_device / 1e12
+    return {"step_time_s": step_s, "tokens_per_s_per_device": per_device, "tflops_per_device": tflops,
+            "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None}
+
+
+def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float) -> dict:
     layers, micro = spec.model.num_layers / plan.pp, plan.grad_accum_steps
     fit = surface(runs)
     step_s = fit.step_s(layers, micro)
@@ -174,11 +182,7 @@ def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float
                 f"too noisy to extrapolate ({[round(r.step_time_s, 4) for r in runs]} s)", "method": "measured-slice",
                 "measure_time_s": took_s, "step_time_s": None, "tokens_per_s_per_device": None,
                 "tflops_per_device": None, "mfu": None}
-    per_device = tr.global_batch_size * tr.seq_length / step_s / plan.world_size
-    tflops = flops.flops_per_token(spec.model, tr.seq_length) * per_device / 1e12
-    return {"available": True, "reason": None, "method": "measured-slice", "step_time_s": step_s,
-            "tokens_per_s_per_device": per_device, "tflops_per_device": tflops,
-            "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None,
+    return {"available": True, "reason": None, "method": "measured-slice", **throughput(spec, plan, step_s),
             "breakdown_s": fit.breakdown_s(layers, micro), "layers_per_stage": layers, "micro_batches": micro,
             "surface_s": {"fixed_s": fit.fixed_s, "per_layer_s": fit.per_layer_s, "per_micro_s": fit.per_micro_s,
                           "per_layer_micro_s": fit.per_layer_micro_s},
