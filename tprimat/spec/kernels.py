@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tprimat.spec.hardware import MAMF_BF16_TFLOPS
+
 FA3_PAPER = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608) figs. 5-6, H100 80GB SXM5, BF16, head dim 128, "
              "seq 8k: forward causal; backward non-causal (the paper shows no causal backward)")
 
@@ -33,7 +35,7 @@ KERNELS = {
 # ROCm's Transformer Engine dispatches to its CK/AITER kernels, taken here at the cuDNN kernel's fraction).
 STACK_ATTENTION = {"native": "flash2", "torchtitan": "flash2", "hf": "flash2", "deepspeed": "flash2",
                    "megatron": "cudnn", "nemo": "cudnn", "primus": "cudnn"}
-H100_MAMF_TFLOPS = 794.5  # the matmul ceiling the kernels above were measured against (tprimat.spec.hardware)
+H100_MAMF_TFLOPS = MAMF_BF16_TFLOPS["h100"]  # the matmul ceiling of the GPU the kernels above were measured on
 
 
 def attention_kernel(framework: str) -> AttentionKernel:
