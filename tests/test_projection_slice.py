@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tprimat.compose import compose
-from tprimat.execute.slice import SliceRun, from_runs, slice_points, surface
+from tprimat.execute.slice import SliceRun, from_runs, per_round_s, slice_points, surface
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.plan import make_plan
@@ -46,6 +46,21 @@ def test_the_surface_recovers_hand_summed_parts_and_composes_the_step():
     assert sum(p["breakdown_s"].values()) == pytest.approx(step) and p["method"] == "measured-slice"
 
 
+def test_each_rounds_step_is_projected_from_that_rounds_runs_alone():
+    """Two rounds of the hand-summed parts above: the first exact (3.45 s at 4 layers x 8 micro batches), the
+    second with the two-layer runs 10% slow (0.319 and 0.561 s). Its surface by hand: per layer per micro batch
+    (0.561 - 0.319 - 0.30 + 0.18) / 1 = 0.122, per layer (0.319 - 0.18) - 0.122 = 0.017, per micro batch
+    (0.30 - 0.18) - 0.122 = -0.002, fixed 0.18 - 0.017 + 0.002 - 0.122 = 0.043: 0.043 + 0.068 - 0.016 + 3.904
+    = 3.999 s. The reported step stays the median runs' (round one's here, as the medians of two equal values)."""
+    rounds = {(1, 1): (0.18, 0.18), (1, 2): (0.30, 0.30), (2, 1): (0.29, 0.319), (2, 2): (0.51, 0.561)}
+    runs = [SliceRun(lm[0], lm[1], t[0], (), t) for lm, t in rounds.items()]
+    assert per_round_s(runs, 4, 8) == pytest.approx([3.45, 3.999])
+    spec, plan = spec_plan("platform=cpu", "training.global_batch_size=32", "training.micro_batch_size=4")
+    p = from_runs(spec, plan, runs, 1.0)
+    assert p["step_time_s"] == pytest.approx(3.45) and p["step_time_s_per_round"] == pytest.approx([3.45, 3.999])
+    assert [m["rounds_s"] for m in p["measurements"]] == [list(t) for t in rounds.values()]
+
+
 def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
     """A 2-stage 1F1B pipeline: a step is (m + pp - 1) stage micro-batch times plus the optimizer, a stage micro
     batch a * l + b (its layers, its share of head and hand-offs), the optimizer c * l + d. Slices measured at
@@ -66,7 +81,7 @@ def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
 @pytest.mark.slow
 def test_the_bubble_of_torchs_own_1f1b_timeline_on_cpu_is_read_off_the_slices():
     """A real 2-stage pipeline under torch's Schedule1F1B, two processes over gloo, its stages sleeping a known
-    forward F = 4 ms x layers + 2 ms and backward 2F (tests/pipeline_timeline.py): its measured steps follow the
+    forward F = 10 ms x layers + 5 ms and backward 2F (tests/pipeline_timeline.py): its measured steps follow the
     1F1B timeline, (m + 1) x 3F with the bubble's one micro-batch time, and the surface through four slices
     (1-2 layers x 2-4 micro batches) predicts the real step at 3 layers x 6 micro batches."""
     import socket
@@ -136,6 +151,7 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
     assert all(m["step_time_s"] > 0 for m in p["measurements"])
     assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=8"]
     assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0
+    assert len(p["step_time_s_per_round"]) == 3 and all(len(m["rounds_s"]) == 3 for m in p["measurements"])
 
 
 def test_a_target_bigger_than_this_machine_composes_its_measured_compute_with_its_links_by_hand():

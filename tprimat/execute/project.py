@@ -53,6 +53,9 @@ def print_projection(label: str, p: dict) -> None:
         runs = ", ".join(f"{r['layers_per_stage']} layer(s) x {r['micro_batches']} micro batch(es): "
                          f"{r['step_time_s']:.4g} s" for r in p["measurements"])
         print(f"  measured slice ({p['measure_time_s']:.1f} s of measuring): {runs}")
+        if p.get("step_time_s_per_round"):
+            rounds = ", ".join(f"{s:.4g}" for s in p["step_time_s_per_round"])
+            print(f"  the step from each round alone: {rounds} s (the spread is this machine's noise)")
         return
     for name, value in p["ceilings"].items():
         print(f"  ceiling {name}: {value}  ({p['sources'].get(name.rsplit('_', 2)[0], '')})")

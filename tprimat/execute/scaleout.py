@@ -58,6 +58,8 @@ def compose_target(spec: TprimatConf, plan: Plan, measured: dict, preflight) -> 
         return {**measured, "available": False,
                 "reason": "the layout communicates but no link bandwidth is known (tprimat preflight --ranks N)"}
     parts = step_parts(spec, plan, measured["surface_s"], micro, comm)
+    # each round's step is the one-device slice's, not the target's: not carried over
+    measured = {k: v for k, v in measured.items() if k != "step_time_s_per_round"}
     return {**measured, **throughput(spec, plan, sum(parts.values())), "breakdown_s": parts,
             "layers_per_stage": micro.layers, "micro_batches": plan.grad_accum_steps,
             "target": {"world_size": plan.world_size, "measured_on": "one device of this machine",

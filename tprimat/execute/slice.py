@@ -30,7 +30,7 @@ import copy
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -57,6 +57,7 @@ class SliceRun:
     micro_batches: int
     step_time_s: float
     overrides: tuple  # what the slice changed in the spec
+    rounds_s: tuple = ()  # each interleaved round's median step time; step_time_s is their median
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[O
                     return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
                 times[i].append(median)
                 advance(f"{layers} layer(s) x {micro} micro batch(es)")
-    return [SliceRun(layers, micro, statistics.median(times[i]), tuple(labels[i]))
+    return [SliceRun(layers, micro, statistics.median(times[i]), tuple(labels[i]), tuple(times[i]))
             for i, (layers, micro, _) in enumerate(points)], ""
 
 
@@ -173,6 +174,14 @@ def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:
             "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None}
 
 
+def per_round_s(runs: list[SliceRun], layers: float, micro_batches: float) -> list[float]:
+    """The step projected from each interleaved round's four runs alone: how far the machine's noise moves the
+    projection (empty when the runs carry no rounds)."""
+    rounds = min((len(r.rounds_s) for r in runs), default=0)
+    return [surface([replace(r, step_time_s=r.rounds_s[k]) for r in runs]).step_s(layers, micro_batches)
+            for k in range(rounds)]
+
+
 def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float) -> dict:
     layers, micro = spec.model.num_layers / plan.pp, plan.grad_accum_steps
     fit = surface(runs)
@@ -186,6 +195,8 @@ def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float
             "breakdown_s": fit.breakdown_s(layers, micro), "layers_per_stage": layers, "micro_batches": micro,
             "surface_s": {"fixed_s": fit.fixed_s, "per_layer_s": fit.per_layer_s, "per_micro_s": fit.per_micro_s,
                           "per_layer_micro_s": fit.per_layer_micro_s},
+            "step_time_s_per_round": per_round_s(runs, layers, micro),
             "measurements": [{"layers_per_stage": r.layers_per_stage, "micro_batches": r.micro_batches,
-                              "step_time_s": r.step_time_s, "overrides": list(r.overrides)} for r in runs],
+                              "step_time_s": r.step_time_s, "rounds_s": list(r.rounds_s),
+                              "overrides": list(r.overrides)} for r in runs],
             "measure_time_s": took_s, "assumptions": list(ASSUMPTIONS)}
