@@ -142,7 +142,8 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
 
     target = tmp_path / "projection.json"
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as code:
-        main(["project", "--measure", "platform=cpu", "training.global_batch_size=16", "--json", str(target)])
+        main(["project", "--measure", "--verify", "platform=cpu", "training.global_batch_size=16", "--json",
+              str(target)])
     assert code.value.code == 0
     (point,) = json.loads(target.read_text())
     p = point["projection"]
@@ -152,6 +153,26 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
     assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=8"]
     assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0
     assert len(p["step_time_s_per_round"]) == 3 and all(len(m["rounds_s"]) == 3 for m in p["measurements"])
+    v = p["verified"]  # the spec itself, 4 layers x 4 micro batches, in the same rounds
+    assert len(v["rounds_s"]) == 3 and v["step_time_s"] == sorted(v["rounds_s"])[1]
+    assert v["error"] == pytest.approx(v["step_time_s"] / p["step_time_s"] - 1)
+    assert v["tokens_per_s_per_device"] == pytest.approx(16 * 256 / v["step_time_s"])
+
+
+def test_verify_checks_a_measured_slice_and_asks_for_measure(capsys):
+    """``--verify`` without ``--measure`` is refused, naming both flags; with a hand-made slice, ``verified`` holds
+    the spec's own run and the projection's error against it: projected 3.45 s, measured 3.0 s, so the
+    projection's tokens/s is 3.0 / 3.45 - 1 = -13.0% off."""
+    from tprimat.cli import main
+    from tprimat.execute.slice import verified
+
+    with pytest.raises(SystemExit) as code:
+        main(["project", "--verify", "platform=cpu"])
+    assert code.value.code == 2 and "--verify" in capsys.readouterr().out
+    spec, plan = spec_plan("platform=cpu", "training.global_batch_size=32", "training.micro_batch_size=4")
+    v = verified(spec, plan, SliceRun(4, 8, 3.0, (), (2.9, 3.0, 3.2)), 3.45)
+    assert v["error"] == pytest.approx(-0.1304, abs=1e-4) and v["rounds_s"] == [2.9, 3.0, 3.2]
+    assert v["tokens_per_s_per_device"] == pytest.approx(32 * 256 / 3.0)
 
 
 def test_a_target_bigger_than_this_machine_composes_its_measured_compute_with_its_links_by_hand():

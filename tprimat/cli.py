@@ -109,6 +109,9 @@ def project(args) -> int:
     from tprimat.execute.project import print_projection, read_preflight
     from tprimat.measure.devices import detect
 
+    if args.verify and not args.measure:
+        print("--verify: it checks a measured slice against the spec's own run; it needs --measure")
+        return 2
     hw = detect()  # resolves platform=auto; a dry-run preparation checks nothing against this host
     try:
         preflight = read_preflight(args.preflight)
@@ -123,7 +126,7 @@ def project(args) -> int:
     bad, compose, out = 0, Composer().compose, []
     for overrides in expanded:
         label = " ".join(overrides) or "(defaults)"
-        result, problem = project_point(overrides, compose, hw, preflight, args.measure)
+        result, problem = project_point(overrides, compose, hw, preflight, args.measure, args.verify)
         if problem:
             print(f"{label}: invalid: {problem}")
         else:
@@ -136,9 +139,10 @@ def project(args) -> int:
     return 2 if bad else 0
 
 
-def project_point(overrides: list[str], compose, hw, preflight, measure: bool) -> tuple[Optional[dict], str]:
+def project_point(overrides: list[str], compose, hw, preflight, measure: bool,
+                  verify: bool = False) -> tuple[Optional[dict], str]:
     """(the point's projection, "") or (None, why it is invalid): the roofline, or with ``measure`` its measured
-    slice run here (``tprimat.execute.slice``)."""
+    slice run here (``tprimat.execute.slice``), with ``verify`` beside the spec's own run."""
     from tprimat.execute.prepare import prepare
     from tprimat.execute.project import projection_of
     from tprimat.spec.build import SpecError, build_spec
@@ -152,18 +156,20 @@ def project_point(overrides: list[str], compose, hw, preflight, measure: bool) -
         return None, prepared.problems[0]
     if not measure:
         return projection_of(spec, prepared.plan, preflight), ""
-    return measured_point(compose(overrides), spec, prepared.plan, hw, preflight)
+    return measured_point(compose(overrides), spec, prepared.plan, hw, preflight, verify)
 
 
-def measured_point(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:
+def measured_point(config: dict, spec, plan, hw, preflight, verify: bool = False) -> tuple[Optional[dict], str]:
     """The measured slice run here, or for a target bigger than this machine, on one of its devices."""
     from tprimat.execute.run import execute
     from tprimat.execute.scaleout import bigger_than_here
     from tprimat.execute.slice import project_measured
 
     if bigger_than_here(spec, hw):
+        if verify:
+            return None, "--verify: the target is bigger than this machine, which cannot run it to check against"
         return project_scaled_out(config, spec, plan, hw, preflight)
-    return project_measured(config, spec, plan, execute), ""
+    return project_measured(config, spec, plan, execute, verify), ""
 
 
 def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:
@@ -220,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     project_parser.add_argument("--measure", action="store_true",
                                 help="project from a measured slice: four short real runs of the spec here (1-2 "
                                      "layers per stage x 1-2 micro batches), extrapolated to its layers and batch")
+    project_parser.add_argument("--verify", action="store_true",
+                                help="with --measure: also run the spec itself, in the same interleaved rounds, and "
+                                     "print the projection's error against it (a spec this machine runs)")
     return parser
 
 

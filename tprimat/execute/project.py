@@ -50,12 +50,21 @@ def print_projection(label: str, p: dict) -> None:
     parts = ", ".join(f"{k.removesuffix('_s')} {v:.3g} s" for k, v in p["breakdown_s"].items() if v)
     print(f"  where the time goes: {parts}")
     if p.get("method") == "measured-slice":
-        runs = ", ".join(f"{r['layers_per_stage']} layer(s) x {r['micro_batches']} micro batch(es): "
-                         f"{r['step_time_s']:.4g} s" for r in p["measurements"])
-        print(f"  measured slice ({p['measure_time_s']:.1f} s of measuring): {runs}")
-        if p.get("step_time_s_per_round"):
-            rounds = ", ".join(f"{s:.4g}" for s in p["step_time_s_per_round"])
-            print(f"  the step from each round alone: {rounds} s (the spread is this machine's noise)")
+        print_measured(p)
         return
     for name, value in p["ceilings"].items():
         print(f"  ceiling {name}: {value}  ({p['sources'].get(name.rsplit('_', 2)[0], '')})")
+
+
+def print_measured(p: dict) -> None:
+    """The runs behind a measured-slice projection, each round's step and, with --verify, the spec's own run."""
+    runs = ", ".join(f"{r['layers_per_stage']} layer(s) x {r['micro_batches']} micro batch(es): "
+                     f"{r['step_time_s']:.4g} s" for r in p["measurements"])
+    print(f"  measured slice ({p['measure_time_s']:.1f} s of measuring): {runs}")
+    if p.get("step_time_s_per_round"):
+        rounds = ", ".join(f"{s:.4g}" for s in p["step_time_s_per_round"])
+        print(f"  the step from each round alone: {rounds} s (the spread is this machine's noise)")
+    if p.get("verified"):
+        v = p["verified"]
+        print(f"  verified: the spec itself, in the same rounds: step {v['step_time_s']:.4g} s, "
+              f"{v['tokens_per_s_per_device']:,.0f} tokens/s/device; the projection's error {v['error']:+.1%}")

@@ -20,13 +20,15 @@ a few steps each, in three interleaved rounds. A step of the layouts tprimat run
 Four runs at l in {u, 2u} and m in {pp, 2 pp} fix the four terms exactly (u: the recompute unit,
 ``ac_frequency``'s period under the native trainer's selective recompute, else 1; a pipeline needs at least pp
 micro batches a step), and the spec's own (l, m) is read off the surface.
-Nothing is fitted to the run being projected. What the surface cannot see: a layout whose cost is not linear in
+Nothing is fitted to the run being projected; with ``--verify`` the spec itself runs as a fifth run of each
+round, and the projection is set beside it. What the surface cannot see: a layout whose cost is not linear in
 layers or micro batches (a memory cliff, an allocator that starts to thrash), noise in four short runs.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import statistics
 import tempfile
 import time
@@ -101,20 +103,25 @@ def recompute_unit(spec: TprimatConf) -> int:
     return 1
 
 
+# How every measured run runs: short, quiet, nothing but its steps
+RUN_SETTINGS = {"training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.warmup_steps": WARMUP_STEPS,
+                "training.optimizer.warmup_steps": 1, "benchmark.repeats": 1, "benchmark.telemetry": False,
+                "logging.wandb.mode": "disabled", "dry_run": False, "overwrite": True, "resume_from": None,
+                "benchmark.projection": "roofline"}
+
+
 def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
     """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs."""
     unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
-    points = []
-    for layers in (unit, 2 * unit):
-        for micro in (pp, 2 * pp):  # a pipeline runs at least pp micro batches a step
-            points.append((layers, micro, {
-                "model.num_layers": layers * pp,
-                "training.global_batch_size": tr.micro_batch_size * plan.dp * micro,
-                "training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.warmup_steps": WARMUP_STEPS,
-                "training.optimizer.warmup_steps": 1, "benchmark.repeats": 1, "benchmark.telemetry": False,
-                "logging.wandb.mode": "disabled", "dry_run": False, "overwrite": True, "resume_from": None,
-                "benchmark.projection": "roofline"}))
-    return points
+    return [(layers, micro, {"model.num_layers": layers * pp,
+                             "training.global_batch_size": tr.micro_batch_size * plan.dp * micro, **RUN_SETTINGS})
+            for layers in (unit, 2 * unit)
+            for micro in (pp, 2 * pp)]  # a pipeline runs at least pp micro batches a step
+
+
+def spec_point(spec: TprimatConf, plan: Plan) -> tuple[float, int, dict]:
+    """The spec itself, run the way its slices are and in the same rounds (``--verify``)."""
+    return spec.model.num_layers / plan.pp, plan.grad_accum_steps, dict(RUN_SETTINGS)
 
 
 def with_settings(config: dict, settings: dict) -> dict:
@@ -127,42 +134,58 @@ def with_settings(config: dict, settings: dict) -> dict:
 Runner = Callable[[dict, Path, list], object]  # tprimat.execute.run.execute: (config, run dir, overrides)
 
 
-def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> tuple[Optional[list[SliceRun]], str]:
-    """The four slice runs of ``config`` (the composed spec), each trained for real by ``run``, in ``ROUNDS``
-    interleaved rounds (a burst of noise on a shared machine hits one round of every slice alike, not one slice);
-    a slice's step time is the median of its rounds'. (None, why) when one cannot run here (its own refusal or
-    failure, e.g. out of memory or a layout this machine cannot hold)."""
-    points = slice_points(spec, plan)
+def run_once(run: Runner, config: dict, settings: dict, where: Path, said: list) -> tuple[Optional[float], str]:
+    """One measured run: (its median step time, "") or (None, why it did not run)."""
+    result = run(with_settings(config, settings), where, said).result
+    median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
+    if result.get("status") != "ok" or not median:
+        return None, (result.get("error") or "no measured step").splitlines()[0][:300]
+    return median, ""
+
+
+def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner,
+            verify: bool = False) -> tuple[Optional[list[SliceRun]], str]:
+    """The four slice runs of ``config`` (the composed spec), and with ``verify`` the spec itself last, each
+    trained for real by ``run``, in ``ROUNDS`` interleaved rounds (a burst of noise on a shared machine hits one
+    round of every run alike, not one run); a run's step time is the median of its rounds'. (None, why) when one
+    cannot run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
+    points = slice_points(spec, plan) + ([spec_point(spec, plan)] if verify else [])
     labels = [[f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
               for *_, settings in points]
     times: dict[int, list[float]] = {i: [] for i in range(len(points))}
     with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
             progress(ROUNDS * len(points), "measuring") as advance:
-        for round_ in range(ROUNDS):
-            for i, (layers, micro, settings) in enumerate(points):
-                said = labels[i]
-                outcome = run(with_settings(config, settings), Path(tmp) / f"{round_}_{i}", said)
-                result = outcome.result
-                median = ((result.get("summary") or {}).get("step_time_s") or {}).get("median")
-                if result.get("status") != "ok" or not median:
-                    why = (result.get("error") or "no measured step").splitlines()[0][:300]
-                    return None, f"the measured slice ({', '.join(said)}) did not run: {why}"
-                times[i].append(median)
-                advance(f"{layers} layer(s) x {micro} micro batch(es)")
+        for round_, (i, (layers, micro, settings)) in itertools.product(range(ROUNDS), enumerate(points)):
+            median, why = run_once(run, config, settings, Path(tmp) / f"{round_}_{i}", labels[i])
+            if median is None:
+                return None, f"the measured slice ({', '.join(labels[i]) or 'the spec itself'}) did not run: {why}"
+            times[i].append(median)
+            advance(f"{layers:g} layer(s) x {micro} micro batch(es)")
     return [SliceRun(layers, micro, statistics.median(times[i]), tuple(labels[i]), tuple(times[i]))
             for i, (layers, micro, _) in enumerate(points)], ""
 
 
-def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner) -> dict:
+def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False) -> dict:
     """The projection of ``spec`` from its measured slice: the same fields as the roofline's (``step_time_s``,
-    ``tokens_per_s_per_device``, ``breakdown_s``), the runs behind it and how long measuring took."""
+    ``tokens_per_s_per_device``, ``breakdown_s``), the runs behind it and how long measuring took; with
+    ``verify``, ``verified``: the spec itself measured in the same rounds, and the projection's error against it."""
     started = time.perf_counter()
-    runs, why = measure(config, spec, plan, run)
+    runs, why = measure(config, spec, plan, run, verify)
     took = time.perf_counter() - started
     if runs is None:
         return {"available": False, "reason": why, "method": "measured-slice", "measure_time_s": took,
                 "step_time_s": None, "tokens_per_s_per_device": None, "tflops_per_device": None, "mfu": None}
-    return from_runs(spec, plan, runs, took)
+    projected = from_runs(spec, plan, runs[:4], took)
+    if verify and projected["available"]:
+        projected["verified"] = verified(spec, plan, runs[4], projected["step_time_s"])
+    return projected
+
+
+def verified(spec: TprimatConf, plan: Plan, itself: SliceRun, projected_s: float) -> dict:
+    """The spec's own run beside its projection: ``error`` is projected tokens/s over measured, less one."""
+    return {"step_time_s": itself.step_time_s, "rounds_s": list(itself.rounds_s),
+            "tokens_per_s_per_device": throughput(spec, plan, itself.step_time_s)["tokens_per_s_per_device"],
+            "error": itself.step_time_s / projected_s - 1}
 
 
 def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:
