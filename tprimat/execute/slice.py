@@ -175,9 +175,10 @@ def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner, v
     if runs is None:
         return {"available": False, "reason": why, "method": "measured-slice", "measure_time_s": took,
                 "step_time_s": None, "tokens_per_s_per_device": None, "tflops_per_device": None, "mfu": None}
-    projected = from_runs(spec, plan, runs[:4], took)
-    if verify and projected["available"]:
-        projected["verified"] = verified(spec, plan, runs[4], projected["step_time_s"])
+    slices, itself = (runs[:-1], runs[-1]) if verify else (runs, None)  # measure() runs the spec itself last
+    projected = from_runs(spec, plan, slices, took)
+    if itself is not None and projected["available"]:
+        projected["verified"] = verified(spec, plan, itself, projected["step_time_s"])
     return projected
 
 
