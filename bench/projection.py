@@ -8,8 +8,9 @@ published kernel figures (``tprimat.spec.kernels``); nothing is fitted to these 
 listed with the reason. Then rows of the same sources' other tables, never looked at while the stack facts were
 written (``held_out_median_abs_error``). Then configs of tprimat's
 native trainer on this CPU (tiny to 100 M parameters, seq 256-1024, 1 and 2 ranks, DDP, FSDP, TP, PP, recompute
-off, full and selective) are each projected from their measured slice (four short runs of 1-2 layers per stage x
-1-2 micro batches) and run for real, whole, in the same three interleaved rounds of 12 steps (10 measured):
+off, full and selective) are each projected from their measured slice (four short runs at one recompute unit or
+half the stage's layers x pp or half the step's micro batches) and run for real, whole, in the same three to five
+interleaved rounds of 12 steps (10 measured), each run's fastest round against the spec's:
 ``tprimat project --measure --verify``.
 
 Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1),

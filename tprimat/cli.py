@@ -188,7 +188,7 @@ def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optiona
     prepared = prepare(local, hw, dry_run=True)
     if prepared.problems:
         return None, f"the one-device slice: {prepared.problems[0]}"
-    measured = project_measured(local_config, local, prepared.plan, execute)
+    measured = project_measured(local_config, local, prepared.plan, execute, near=False)
     return (compose_target(spec, plan, measured, preflight) if measured["available"] else measured), ""
 
 

@@ -1,10 +1,9 @@
 """``tprimat project --measure``: project a spec's step from a measured slice of it, on the device at hand.
 
 The slice is the spec itself, trained for real by its own backend through tprimat's launch path (the same
-layers, width, sequence, micro batch, precision, recompute, compile, sharding and ranks), cut to one or two
-recompute units of decoder layers per pipeline stage and to pp or 2 pp micro batches per step: four short runs,
-a few steps each, in three interleaved rounds. A step of the layouts tprimat runs costs, in layers per stage
-``l`` and micro batches ``m``,
+layers, width, sequence, micro batch, precision, recompute, compile, sharding and ranks), cut to fewer decoder
+layers per pipeline stage and fewer micro batches per step: four short runs, a few steps each, in three to five
+interleaved rounds. A step of the layouts tprimat runs costs, in layers per stage ``l`` and micro batches ``m``,
 
     T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m
 
@@ -17,9 +16,11 @@ a few steps each, in three interleaved rounds. A step of the layouts tprimat run
 - ``fixed``: the step's own cost (the loss's all-reduce for the log, the clock's synchronisation, the head's
   optimizer update).
 
-Four runs at l in {u, 2u} and m in {pp, 2 pp} fix the four terms exactly (u: the recompute unit,
+Four runs at l in {u, l1} and m in {pp, m1} fix the four terms exactly (u: the recompute unit,
 ``ac_frequency``'s period under the native trainer's selective recompute, else 1; a pipeline needs at least pp
-micro batches a step), and the spec's own (l, m) is read off the surface.
+micro batches a step), and the spec's own (l, m) is read off the surface. l1 and m1 are half the spec's (in
+whole units, at least 2 and at most 4 of them): the nearer the slice to the spec, the less a run's noise is
+amplified by the extrapolation. A one-device slice of a target bigger than this machine stays at 2u and 2 pp.
 Nothing is fitted to the run being projected; with ``--verify`` the spec itself runs as a fifth run of each
 round, and the projection is set beside it. What the surface cannot see: a layout whose cost is not linear in
 layers or micro batches (a memory cliff, an allocator that starts to thrash), noise in four short runs.
@@ -28,8 +29,6 @@ layers or micro batches (a memory cliff, an allocator that starts to thrash), no
 from __future__ import annotations
 
 import copy
-import itertools
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -44,12 +43,17 @@ from tprimat.spec.schema import TprimatConf, ac_period
 
 WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
 ROUNDS = 3  # interleaved passes over the four slices
-MEASURED_STEPS = 10  # the median of these is the slice's step time
+MAX_ROUNDS = 5  # while the rounds' projections spread wider than SETTLED_SPREAD
+SETTLED_SPREAD = 0.15
+MEASURED_STEPS = 10  # the median of these is a run's step time
+MAX_UPPER_STEPS = 4  # the larger slice holds at most 4 recompute units of layers, 4 pp micro batches
 ASSUMPTIONS = (
     "T(l, m) = fixed + per_layer * l + per_micro * m + per_layer_micro * l * m, fixed exactly by four real runs "
-    "of the spec at l in {u, 2u} layers per stage and m in {pp, 2 pp} micro batches (u: the recompute unit)",
+    "of the spec at l in {u, l1} layers per stage and m in {pp, m1} micro batches (u: the recompute unit; l1, m1: "
+    "half the spec's, 2 to 4 units)",
     "a 1F1B pipeline's bubble ((pp - 1) micro-batch times) is linear in the stage's layers: it is part of per_layer",
-    "each slice's step time: the median over 3 interleaved rounds of its runs' median step (after the warm-up)",
+    "each run's step time: its fastest round's median step (after the warm-up), over 3 interleaved rounds (up to "
+    "5 while the rounds' projections spread more than 15%): the step of a machine nothing else contends for",
 )
 
 
@@ -59,7 +63,7 @@ class SliceRun:
     micro_batches: int
     step_time_s: float
     overrides: tuple  # what the slice changed in the spec
-    rounds_s: tuple = ()  # each interleaved round's median step time; step_time_s is their median
+    rounds_s: tuple = ()  # each interleaved round's median step time; step_time_s is the fastest
 
 
 @dataclass(frozen=True)
@@ -110,13 +114,25 @@ RUN_SETTINGS = {"training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.
                 "benchmark.projection": "roofline"}
 
 
-def slice_points(spec: TprimatConf, plan: Plan) -> list[tuple[int, int, dict]]:
-    """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs."""
+def upper(step: int, spec_count: float, near: bool) -> int:
+    """The larger slice's layers or micro batches, a multiple of ``step``: half the spec's count, at least 2 and at
+    most 4 steps (the nearer the spec, the less the machine's noise is amplified by extrapolating); 2 steps when
+    not ``near`` (a one-device slice of a target bigger than this machine holds no more)."""
+    if not near:
+        return 2 * step
+    return step * min(max(int(spec_count // (2 * step)), 2), MAX_UPPER_STEPS)
+
+
+def slice_points(spec: TprimatConf, plan: Plan, near: bool = True) -> list[tuple[int, int, dict]]:
+    """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs. With
+    ``near`` (the spec runs on this machine, so half of it does) the larger slice is half the spec's stage."""
     unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
+    layers_up = upper(unit, spec.model.num_layers / pp, near)
+    micro_up = upper(pp, plan.grad_accum_steps, near)  # a pipeline runs at least pp micro batches a step
     return [(layers, micro, {"model.num_layers": layers * pp,
                              "training.global_batch_size": tr.micro_batch_size * plan.dp * micro, **RUN_SETTINGS})
-            for layers in (unit, 2 * unit)
-            for micro in (pp, 2 * pp)]  # a pipeline runs at least pp micro batches a step
+            for layers in (unit, layers_up)
+            for micro in (pp, micro_up)]
 
 
 def spec_point(spec: TprimatConf, plan: Plan) -> tuple[float, int, dict]:
@@ -143,34 +159,52 @@ def run_once(run: Runner, config: dict, settings: dict, where: Path, said: list)
     return median, ""
 
 
-def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner,
-            verify: bool = False) -> tuple[Optional[list[SliceRun]], str]:
+def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False,
+            near: bool = True) -> tuple[Optional[list[SliceRun]], str]:
     """The four slice runs of ``config`` (the composed spec), and with ``verify`` the spec itself last, each
-    trained for real by ``run``, in ``ROUNDS`` interleaved rounds (a burst of noise on a shared machine hits one
-    round of every run alike, not one run); a run's step time is the median of its rounds'. (None, why) when one
-    cannot run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
-    points = slice_points(spec, plan) + ([spec_point(spec, plan)] if verify else [])
+    trained for real by ``run``, in interleaved rounds (a burst of noise on a shared machine hits one round of every
+    run alike, not one run): ``ROUNDS``, and up to ``MAX_ROUNDS`` while the rounds' projections spread more than
+    ``SETTLED_SPREAD``; a run's step time is its fastest round's (``uncontended``). (None, why) when one cannot
+    run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
+    points = slice_points(spec, plan, near) + ([spec_point(spec, plan)] if verify else [])
     labels = [[f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
               for *_, settings in points]
-    times: dict[int, list[float]] = {i: [] for i in range(len(points))}
+    times: list[list[float]] = [[] for _ in points]
+    target = spec.model.num_layers / plan.pp, plan.grad_accum_steps
     with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
             progress(ROUNDS * len(points), "measuring") as advance:
-        for round_, (i, (layers, micro, settings)) in itertools.product(range(ROUNDS), enumerate(points)):
-            median, why = run_once(run, config, settings, Path(tmp) / f"{round_}_{i}", labels[i])
-            if median is None:
-                return None, f"the measured slice ({', '.join(labels[i]) or 'the spec itself'}) did not run: {why}"
-            times[i].append(median)
-            advance(f"{layers:g} layer(s) x {micro} micro batch(es)")
-    return [SliceRun(layers, micro, statistics.median(times[i]), tuple(labels[i]), tuple(times[i]))
+        while len(times[0]) < ROUNDS or (len(times[0]) < MAX_ROUNDS and not settled(points, times, target)):
+            for i, (layers, micro, settings) in enumerate(points):
+                median, why = run_once(run, config, settings, Path(tmp) / f"{len(times[i])}_{i}", labels[i])
+                if median is None:
+                    return None, f"the measured slice ({', '.join(labels[i]) or 'the spec itself'}) did not run: {why}"
+                times[i].append(median)
+                advance(f"{layers:g} layer(s) x {micro} micro batch(es)")
+    return [SliceRun(layers, micro, uncontended(times[i]), tuple(labels[i]), tuple(times[i]))
             for i, (layers, micro, _) in enumerate(points)], ""
 
 
-def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False) -> dict:
+def uncontended(rounds_s: list[float]) -> float:
+    """A run's step time from its rounds' median steps: the fastest. On a machine others share, contention only
+    ever adds time (timeit's reasoning: slower repeats are other processes' interference, not the code's), and
+    slices, spec and verifying run alike; on a dedicated GPU the rounds agree and the choice does not matter."""
+    return min(rounds_s)
+
+
+def settled(points: list, times: list[list[float]], target: tuple) -> bool:
+    """The rounds so far project the spec's step within ``SETTLED_SPREAD`` of each other (max / min - 1)."""
+    runs = [SliceRun(layers, micro, 0.0, (), tuple(t)) for (layers, micro, _), t in zip(points[:4], times)]
+    steps = per_round_s(runs, *target)
+    return min(steps) > 0 and max(steps) / min(steps) - 1 <= SETTLED_SPREAD
+
+
+def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False,
+                     near: bool = True) -> dict:
     """The projection of ``spec`` from its measured slice: the same fields as the roofline's (``step_time_s``,
     ``tokens_per_s_per_device``, ``breakdown_s``), the runs behind it and how long measuring took; with
     ``verify``, ``verified``: the spec itself measured in the same rounds, and the projection's error against it."""
     started = time.perf_counter()
-    runs, why = measure(config, spec, plan, run, verify)
+    runs, why = measure(config, spec, plan, run, verify, near)
     took = time.perf_counter() - started
     if runs is None:
         return {"available": False, "reason": why, "method": "measured-slice", "measure_time_s": took,
