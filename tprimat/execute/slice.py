@@ -170,7 +170,7 @@ def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bo
     labels = [[f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
               for *_, settings in points]
     times: list[list[float]] = [[] for _ in points]
-    target = spec.model.num_layers / plan.pp, plan.grad_accum_steps
+    target = spec_point(spec, plan)[:2]  # the spec's layers per stage and micro batches
     with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
             progress(ROUNDS * len(points), "measuring") as advance:
         while len(times[0]) < ROUNDS or (len(times[0]) < MAX_ROUNDS and not settled(points, times, target)):
@@ -241,7 +241,7 @@ def per_round_s(runs: list[SliceRun], layers: float, micro_batches: float) -> li
 
 
 def from_runs(spec: TprimatConf, plan: Plan, runs: list[SliceRun], took_s: float) -> dict:
-    layers, micro = spec.model.num_layers / plan.pp, plan.grad_accum_steps
+    layers, micro, _ = spec_point(spec, plan)
     fit = surface(runs)
     step_s = fit.step_s(layers, micro)
     if not step_s > 0:
