@@ -47,6 +47,22 @@ def default_run(tmp_path_factory):
     return run_dir, proc
 
 
+@pytest.fixture(scope="session")
+def compiled_run(tmp_path_factory):
+    """One cold torch.compile run of llama_tiny (whatever earlier runs left in inductor's on-disk caches), in
+    reduce-overhead mode, which asks for CUDA graphs: read by the tests of the compile path (its cost stays in
+    the warm-up; on a CPU inductor compiles the blocks without graphs). Compiling costs tens of seconds: once."""
+    import torch._inductor.config as inductor
+
+    with inductor.patch(force_disable_caches=True):
+        out = run_inprocess(tmp_path_factory.mktemp("compiled"), [
+            "training.compile=true", "training.compile_mode=reduce-overhead", "training.max_steps=4",
+            "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
+            "benchmark.telemetry=false"])
+    assert out.status == "ok", out.result["error"]
+    return out.result
+
+
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none."""
     import torch

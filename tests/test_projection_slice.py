@@ -186,28 +186,29 @@ def test_a_slice_that_cannot_run_here_is_an_invalid_point_with_its_reason():
 
 @pytest.mark.slow
 def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
-    """The default benchmark projected from four real runs here: each slice's spec as asked (its layers and
-    global batch read back from the run), a positive step, and the JSON file with every point."""
+    """The default model projected from four real runs here: each slice's spec as asked (its layers and global
+    batch read back from the run), a positive step, and the JSON file with every point. The smallest shape that
+    still has four layers and four micro batches to slice (one 64-token sequence each): the same slices, seconds."""
     from tprimat.cli import main
 
     target = tmp_path / "projection.json"
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as code:
-        main(["project", "--measure", "--verify", "platform=cpu", "training.global_batch_size=16", "--json",
-              str(target)])
+        main(["project", "--measure", "--verify", "platform=cpu", "training.seq_length=64",
+              "training.micro_batch_size=1", "training.global_batch_size=4", "--json", str(target)])
     assert code.value.code == 0
     (point,) = json.loads(target.read_text())
     p = point["projection"]
     assert p["available"] and p["method"] == "measured-slice" and p["step_time_s"] > 0
     assert [(m["layers_per_stage"], m["micro_batches"]) for m in p["measurements"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert all(m["step_time_s"] > 0 for m in p["measurements"])
-    assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=8"]
+    assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=2"]
     assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0
     rounds = len(p["step_time_s_per_round"])  # 3, up to 5 where this machine's noise spreads them
     assert 3 <= rounds <= 5 and all(len(m["rounds_s"]) == rounds for m in p["measurements"])
     v = p["verified"]  # the spec itself, 4 layers x 4 micro batches, in the same rounds
     assert len(v["rounds_s"]) == rounds and v["step_time_s"] == min(v["rounds_s"])
     assert v["error"] == pytest.approx(v["step_time_s"] / p["step_time_s"] - 1)
-    assert v["tokens_per_s_per_device"] == pytest.approx(16 * 256 / v["step_time_s"])
+    assert v["tokens_per_s_per_device"] == pytest.approx(4 * 64 / v["step_time_s"])
 
 
 def test_verify_checks_a_measured_slice_and_asks_for_measure(capsys):
@@ -265,7 +266,8 @@ def test_a_run_that_asks_carries_its_measured_slice_projection(tmp_path):
     the schema accepts it. A value outside the two is refused, naming the key."""
     from tests.conftest import QUICK, run_inprocess
 
-    outcome = run_inprocess(tmp_path / "run", ["platform=cpu", "model=llama_tiny", *QUICK,
+    outcome = run_inprocess(tmp_path / "run", ["platform=cpu", "model=llama_tiny", *QUICK, "training.seq_length=64",
+                                               "training.micro_batch_size=1", "training.global_batch_size=4",
                                                "benchmark.projection=measured-slice"])
     assert outcome.status == "ok"
     p = outcome.result["projection"]

@@ -110,17 +110,10 @@ def test_synthetic_data_is_seeded_and_learnable():
     assert torch.equal(part, x1[2:])  # a micro batch or data-parallel rank takes a slice of one global batch
 
 
-@pytest.mark.slow
-def test_compile_runs_and_its_cost_stays_in_the_warmup(tmp_path):
-    import torch._inductor.config as inductor
-
-    # a cold compile, whatever earlier runs left in inductor's on-disk caches
-    with inductor.patch(force_disable_caches=True):
-        out = run_inprocess(tmp_path, ["training.compile=true", "training.max_steps=4", "benchmark.warmup_steps=1",
-                                       "logging.wandb.mode=disabled", "training.optimizer.warmup_steps=1"])
-    assert out.status == "ok", out.result["error"]
-    steps = out.result["steps"]
-    assert steps[0]["warmup"] and steps[0]["step_time_s"] > 3 * out.result["summary"]["step_time_s"]["median"]
+def test_compile_runs_and_its_cost_stays_in_the_warmup(compiled_run):
+    """A cold compile (conftest's ``compiled_run``): the first step pays it, and it is warm-up."""
+    steps = compiled_run["steps"]
+    assert steps[0]["warmup"] and steps[0]["step_time_s"] > 3 * compiled_run["summary"]["step_time_s"]["median"]
 
 
 def test_fp8_path_converts_every_block_linear_and_runs():

@@ -73,8 +73,28 @@ class OpRecorder:
         return Recorder()
 
 
+TRACED: dict = {}  # (model, local tokens, weight dtype, autocast) -> Work: what a trace depends on, nothing else
+TRACED_KEEP = 64  # traces kept per process (plan --best projects ~100 layouts of a handful of shapes)
+
+
 def trace_work(spec: TprimatConf) -> Work:
-    """One micro batch of the spec's model at its local shapes (seq/cp tokens, before tensor parallelism)."""
+    """One micro batch of the spec's model at its local shapes (seq/cp tokens, before tensor parallelism).
+    Layouts that share those (tp, pp, dp and the framework change only how the work is split and scheduled)
+    share one trace: ``Work`` and its ``OpCost`` are read, never changed."""
+    cfg, tr = spec.model, spec.training
+    # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
+    # policy, frameworks with a bf16 model copy)
+    autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
+    tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
+    key = (repr(cfg), tokens, tr.precision == "fp32" or autocast, autocast)
+    if key not in TRACED:
+        if len(TRACED) >= TRACED_KEEP:
+            TRACED.pop(next(iter(TRACED)))
+        TRACED[key] = trace_model(cfg, tokens, fp32_weights=key[2], autocast=autocast)
+    return TRACED[key]
+
+
+def trace_model(cfg, tokens: tuple[int, int], fp32_weights: bool, autocast: bool) -> Work:
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -82,13 +102,8 @@ def trace_work(spec: TprimatConf) -> Work:
     from tprimat.backends.native.model import Block, head_dim_of, make_norm, rope_cache, rope_frequencies
     from tprimat.spec.schema import padded_vocab
 
-    cfg, tr = spec.model, spec.training
-    # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
-    # policy, frameworks with a bf16 model copy)
-    autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
-    dtype = torch.float32 if tr.precision == "fp32" or autocast else torch.bfloat16
+    dtype = torch.float32 if fp32_weights else torch.bfloat16
     cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
-    tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
     vocab = padded_vocab(cfg)
     with torch.device("meta"):
         block = Block(cfg, head_dim_of(cfg)).to(dtype)
