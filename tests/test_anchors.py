@@ -133,6 +133,7 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(monkeypatch):
         assert ("planning" in stream.getvalue()) is shown, stream.getvalue()
 
 
+@pytest.mark.slow
 def test_a_deep_checks_stages_show_inside_a_sweeps_bar(monkeypatch):
     """`tprimat plan --deep` over two points of a 2-stage pipeline: the stages' line joins the points' bar (rich
     allows one live display; a second bar would raise), and the check still measures both stages."""

@@ -127,6 +127,7 @@ def test_every_measured_step_is_on_disk_as_it_is_measured(tmp_path):
     assert steps == out.result["steps"]
 
 
+@pytest.mark.slow
 def test_a_lost_result_is_rebuilt_from_steps_jsonl(tmp_path):
     out = run_inprocess(tmp_path, QUICK)
     (tmp_path / "result.json").unlink()
@@ -182,6 +183,7 @@ def test_steps_jsonl_write_errors_never_stop_training(tmp_path, monkeypatch):
     assert json.loads((tmp_path / STEPS_FILE).read_text().splitlines()[0]) == {"header": {"run_id": "x"}}
 
 
+@pytest.mark.slow
 def test_a_claimed_run_directory_is_refused_before_anything_is_written(tmp_path):
     from tests.conftest import run_launch
     from tprimat.execute.claim import claim
@@ -197,6 +199,7 @@ def test_a_claimed_run_directory_is_refused_before_anything_is_written(tmp_path)
     assert run_launch(tmp_path, *QUICK).returncode == 0  # released: the directory can be used again
 
 
+@pytest.mark.slow
 def test_a_claimed_sweep_directory_is_refused(tmp_path):
     from tprimat.execute.claim import claim
 
@@ -211,6 +214,7 @@ def test_a_claimed_sweep_directory_is_refused(tmp_path):
     assert not list(tmp_path.glob("*/result.json")) and not (tmp_path / "sweep_summary.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_finished_run_directory_is_not_overwritten_unless_asked(tmp_path):
     """A second launch into the directory of a run that has ended is refused in one line naming hydra.run.dir and
     the result it holds (exit 2), leaving that result as it was; overwrite=true replaces it."""
@@ -227,6 +231,7 @@ def test_a_finished_run_directory_is_not_overwritten_unless_asked(tmp_path):
     assert (tmp_path / "result.json").read_text() != first
 
 
+@pytest.mark.slow
 def test_a_finished_sweep_directory_is_not_overwritten_unless_asked(tmp_path):
     def sweep(*extra):
         return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
@@ -240,6 +245,7 @@ def test_a_finished_sweep_directory_is_not_overwritten_unless_asked(tmp_path):
     assert sweep("overwrite=true").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_claim_dies_with_its_process(tmp_path):
     from tprimat.execute.claim import DirectoryClaimed, claim
 
@@ -269,6 +275,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_read_only_output_disk_is_one_line_and_exit_1(small_disk):
     from tests.conftest import run_launch
 
@@ -279,6 +286,7 @@ def test_a_read_only_output_disk_is_one_line_and_exit_1(small_disk):
                                   f"'{small_disk}/run'"
 
 
+@pytest.mark.slow
 def test_a_full_output_disk_keeps_the_steps_and_is_one_line(small_disk):
     from tests.conftest import run_launch
 

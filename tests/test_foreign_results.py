@@ -44,6 +44,7 @@ def compare_args(paths, out):
     return parser.parse_args([*map(str, paths), "--out", str(out)])
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

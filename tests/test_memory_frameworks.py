@@ -216,6 +216,7 @@ def test_the_estimate_lands_within_15_percent_of_a_real_cpu_run(name):
     assert abs((est.total_gib - est.overhead_gib) / bench.run_here(case) - 1) <= 0.15
 
 
+@pytest.mark.slow
 def test_the_default_matrix_is_never_refused_for_memory():
     """Every platform's GPUs x Llama 3.1 8B / Qwen 2.5 7B / Mistral 7B x every framework of the platform x both
     methodologies (216 points): none is refused for memory (the issue counted 66 refusals; the last three were the

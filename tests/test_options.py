@@ -91,6 +91,7 @@ def test_selective_recompute_every_fourth_layer_trains_and_is_read_back(tmp_path
     assert out.result["framework"]["effective"]["recomputed_layers"] == 2  # layers 0 and 4 of 8
 
 
+@pytest.mark.slow
 def test_a_compile_mode_runs_through_inductor_on_cpu(compiled_run):
     """reduce-overhead asks for CUDA graphs; on a CPU inductor compiles the blocks without them (conftest's
     ``compiled_run``: llama_tiny's 4 blocks, read back from the live model)."""

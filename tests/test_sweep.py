@@ -158,6 +158,7 @@ def test_slurm_keys_reach_the_sbatch_script(tmp_path):
         assert f"#SBATCH {line}" in sbatch, line
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from([
     "platform=nvidia", "platform=amd", "platform=cpu", "platform.gpu=h100", "platform.gpu=mi300x", "model=qwen",

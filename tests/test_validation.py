@@ -92,6 +92,7 @@ def test_integers_beyond_int64_are_refused_at_the_typed_boundary():
                                   "(|value| < 2**63)"]
 
 
+@pytest.mark.slow
 def test_an_unknown_preset_is_refused_naming_the_presets(tmp_path):
     from tests.conftest import run_launch
 
@@ -183,6 +184,7 @@ def test_non_finite_numbers_are_refused_at_the_typed_boundary(override):
     assert info.value.problems == [f"{key}={float(value)}: must be a finite number"]
 
 
+@pytest.mark.slow
 def test_an_unresolvable_interpolation_is_invalid_with_one_line(tmp_path):
     proc = run_launch(tmp_path, "training.optimizer.lr=${foo.bar}", "logging.wandb.mode=disabled")
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
@@ -191,6 +193,7 @@ def test_an_unresolvable_interpolation_is_invalid_with_one_line(tmp_path):
         "cannot resolve the config: InterpolationKeyError: Interpolation key 'foo.bar' not found")
 
 
+@pytest.mark.slow
 def test_a_secret_an_interpolation_resolves_never_reaches_messages_or_results(tmp_path):
     secret = "sk-test-0123456789abcdef"
     env = {"WANDB_API_KEY": secret}
@@ -208,6 +211,7 @@ def test_a_secret_an_interpolation_resolves_never_reaches_messages_or_results(tm
         assert secret not in text and "<redacted WANDB_API_KEY>" in text
 
 
+@pytest.mark.slow
 def test_an_over_long_override_is_one_line_and_exit_2(tmp_path):
     proc = run_launch(tmp_path, "model=" + "x" * 5000)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -225,6 +229,7 @@ def test_wandb_online_without_credentials_is_refused_before_training(monkeypatch
     assert not any("W&B" in p for p in problems_for(["logging.wandb.mode=online"], dry_run=False))
 
 
+@pytest.mark.slow
 def test_an_unclosed_interpolation_names_the_key_typed(tmp_path):
     from tests.conftest import run_launch
 
