@@ -63,17 +63,8 @@ def compiled_run(tmp_path_factory):
     return out.result
 
 
-SHARED = ("default_run", "compiled_run")  # session fixtures read across files: their tests share one worker
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none. Under pytest-xdist
-    (``-n 2 --dist loadgroup``) a file's tests run on one worker, so that its module fixtures train once, and the
-    tests of each session fixture in ``SHARED`` run on one worker, so that it trains once."""
-    for item in items:
-        shared = next((name for name in SHARED if name in getattr(item, "fixturenames", ())), None)
-        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
+    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none."""
     import torch
 
     if torch.cuda.is_available():
