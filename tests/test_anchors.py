@@ -74,6 +74,7 @@ def cli(*argv) -> int:
     return code.value.code
 
 
+@pytest.mark.slow
 def test_compare_anchors_sets_the_published_rows_beside_each_group(tmp_path):
     """A real CPU run in bf16 and in fp32 and an ingested MLPerf log, compared with --anchors: the MLPerf group has
     the MI355X rows of its model beside it (its ratio to each, the differences named), the CPU groups none; the

@@ -116,6 +116,7 @@ def test_learned_positions_with_sequence_parallelism_are_refused(tmp_path):
         out.result["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", [["platform.devices_per_node=2"],
                                     ["platform.devices_per_node=2", "parallelism.fsdp=true"],
                                     ["platform.devices_per_node=2", "parallelism.tp=2"],

@@ -138,6 +138,7 @@ def test_fp8_recipes_convert_and_train_a_gpt2_block_on_cpu(recipe, scaling):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
+@pytest.mark.slow
 def test_the_selective_estimate_follows_the_frequency():
     """Recomputing every 4th layer keeps more than every 2nd and less than none, by the traced layout."""
     from tests.test_meta_init import _spec_dict

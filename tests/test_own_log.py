@@ -24,6 +24,7 @@ def same_summary(ingested: dict, run: dict) -> None:
     assert got["repeats"] == want["repeats"]
 
 
+@pytest.mark.slow
 def test_the_main_jobs_log_ingested_back_gives_its_summary(default_run):
     run_dir, proc = default_run
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -55,6 +55,7 @@ def test_top_kernels_sum_calls_and_time_per_step():
     assert top == [{"name": "aten::mm", "category": "matmul", "calls_per_step": 1.0, "seconds_per_step": 0.4}]
 
 
+@pytest.mark.slow
 def test_a_profiled_cpu_run_writes_a_trace_and_a_breakdown_compare_shows(tmp_path):
     from tests.test_compare import compare
 
@@ -88,6 +89,7 @@ def test_a_profiled_cpu_run_writes_a_trace_and_a_breakdown_compare_shows(tmp_pat
     assert "## Where the memory goes (profiled step's peak)" in (report / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_memory_is_not_tracked_by_category_where_memtracker_cannot_follow(tmp_path):
     out = run_inprocess(tmp_path, [*QUICK, "model=gpt2_tiny", "training.max_steps=4", "benchmark.warmup_steps=2",
                                    "profile.enabled=true", "training.compile=true", "benchmark.telemetry=false"])

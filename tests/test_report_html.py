@@ -14,7 +14,8 @@ from tests.conftest import run_inprocess
 from tests.test_anchors import cli, mlperf_log
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (.ci/run installs Debian's chromium)")
+pytestmark = [pytest.mark.slow,  # Chromium
+              pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (.ci/run installs Debian's chromium)")]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
 
 

@@ -110,6 +110,7 @@ def test_synthetic_data_is_seeded_and_learnable():
     assert torch.equal(part, x1[2:])  # a micro batch or data-parallel rank takes a slice of one global batch
 
 
+@pytest.mark.slow
 def test_compile_runs_and_its_cost_stays_in_the_warmup(compiled_run):
     """A cold compile (conftest's ``compiled_run``): the first step pays it, and it is warm-up."""
     steps = compiled_run["steps"]
