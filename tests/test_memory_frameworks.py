@@ -141,6 +141,7 @@ def test_a_memory_refusal_names_layouts_that_fit_and_each_one_does():
         assert validate(fixed, HOST, dry_run=True) == []
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(framework=st.sampled_from(["native", "torchtitan", "deepspeed", "megatron", "nemo"]),
        model=st.sampled_from(["llama", "qwen", "mistral"]), gpu=st.sampled_from(["h100", "h200", "b200"]))
