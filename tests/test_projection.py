@@ -211,3 +211,23 @@ def test_a_cpu_run_is_projected_from_a_preflight_file_and_compare_puts_them_side
     no_file = run_inprocess(tmp_path / "plain", ["platform=cpu", *QUICK])
     assert no_file.result["projection"]["available"] is False
     assert "preflight" in no_file.result["projection"]["reason"]
+
+
+def test_layouts_of_one_model_shape_share_one_trace_and_the_traces_kept_are_bounded(monkeypatch):
+    """plan --best projects ~100 layouts of a handful of shapes: tp, pp and fsdp change how the pre-TP work is split,
+    not the work, so they share one trace, equal to a trace taken afresh; a new shape (cp halves the local
+    sequence) is traced anew; past TRACED_KEEP shapes the oldest is dropped."""
+    from tprimat.backends.native import opcount
+
+    monkeypatch.setattr(opcount, "TRACED", {})
+    monkeypatch.setattr(opcount, "TRACED_KEEP", 2)
+    base = ["platform=nvidia", "platform.gpu=h100", "model=llama", "training.precision=fp32"]
+    first = opcount.trace_work(spec_of(*base))
+    assert opcount.trace_work(spec_of(*base, "parallelism.tp=2", "parallelism.pp=2")) is first
+    assert opcount.trace_work(spec_of(*base, "parallelism.fsdp=true")) is first  # fp32: the same weights either way
+    afresh = opcount.trace_model(spec_of(*base).model, (1, 8192), fp32_weights=True, autocast=False)
+    assert afresh.parts == first.parts
+    halved = opcount.trace_work(spec_of(*base, "parallelism.cp=2"))
+    assert halved is not first and halved.ops("layer", "fwd") != first.ops("layer", "fwd")
+    opcount.trace_work(spec_of(*base, "training.seq_length=1024"))
+    assert len(opcount.TRACED) == 2 and first not in opcount.TRACED.values()  # the oldest shape went first
