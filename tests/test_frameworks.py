@@ -18,8 +18,14 @@ from tprimat.spec.detect import cpu_precision
 
 pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
 
-pytest.importorskip("transformers")
-pytest.importorskip("deepspeed")
+
+@pytest.fixture(autouse=True, scope="module")
+def frameworks_installed():
+    """Skipped where either is missing; imported when the tests run, not at collection (2-3 s that a run of
+    ``-m "not slow"``, which deselects them all, would pay)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("deepspeed")
+
 
 # identical_config's bf16 where this CPU multiplies bf16 natively; fp32 where bf16 matmul is emulated (100x slower)
 STEPS = ["training.max_steps=6", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=2",
