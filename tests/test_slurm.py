@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from tests.slurm_cluster import Cluster, install
+from tests.slurm_cluster import Cluster, install, wait_for
 from tprimat.results.result import read_result
 from tprimat.results.steplog import read_steps
 
@@ -72,10 +72,7 @@ def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
         job = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.strip()
         time.sleep(1)
     assert job, "the job never started"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not read_steps(tmp_path / "s" / "0")[1]:  # cancelled while it trains
-        time.sleep(0.5)
-    assert read_steps(tmp_path / "s" / "0")[1], "the job never measured a step"
+    wait_for(lambda: read_steps(tmp_path / "s" / "0")[1], "the job's first measured step", 120)  # cancelled mid-run
     assert cluster.run("scancel", job.split()[0]).returncode == 0
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, output[-3000:]

@@ -86,11 +86,12 @@ def trace_work(spec: TprimatConf) -> Work:
     # policy, frameworks with a bf16 model copy)
     autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
     tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
-    key = (repr(cfg), tokens, tr.precision == "fp32" or autocast, autocast)
+    fp32_weights = tr.precision == "fp32" or autocast
+    key = (repr(cfg), tokens, fp32_weights, autocast)
     if key not in TRACED:
         if len(TRACED) >= TRACED_KEEP:
-            TRACED.pop(next(iter(TRACED)))
-        TRACED[key] = trace_model(cfg, tokens, fp32_weights=key[2], autocast=autocast)
+            TRACED.pop(next(iter(TRACED)))  # the oldest shape
+        TRACED[key] = trace_model(cfg, tokens, fp32_weights, autocast)
     return TRACED[key]
 
 
