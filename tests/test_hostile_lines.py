@@ -34,6 +34,7 @@ def plain_pass(text: str) -> float:
     return time.perf_counter() - start
 
 
+@pytest.mark.slow  # a time budget per megabyte line: the full run
 @pytest.mark.parametrize("fmt", list(PARSERS))
 def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
     for name, line in SHAPES.items():

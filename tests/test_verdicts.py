@@ -24,16 +24,19 @@ def verdict_rate(repeats: int, speedup: float, seed: int) -> float:
     return hits / TRIALS
 
 
+@pytest.mark.slow  # a simulation battery: the full run
 @pytest.mark.parametrize("repeats", [2, 3, 5, 10])
 def test_equal_rates_are_called_significant_at_most_at_the_nominal_rate(repeats):
     # 600 trials: the binomial standard error at 5% is 0.9%; 0.075 is 2.8 of them above 0.05
     assert verdict_rate(repeats, 1.0, seed=repeats) <= 0.075
 
 
+@pytest.mark.slow  # a simulation battery: the full run
 def test_a_true_ten_percent_speedup_is_found_at_five_repeats():
     assert verdict_rate(5, 1.10, seed=7) >= 0.8
 
 
+@pytest.mark.slow  # a simulation battery: the full run
 def test_the_stated_detectable_speedup_and_repeats_needed_hold_in_simulation():
     """At the noise compare states, the repeats it says 3% needs find a true 3% speedup about 80% of the time,
     and fewer repeats than that find it less often."""
