@@ -42,7 +42,8 @@ def test_the_main_jobs_log_ingested_back_gives_its_summary(default_run):
 def test_repeats_and_their_warm_up_steps_come_back_as_the_run_marked_them(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="tprimat"):
         out = run_inprocess(tmp_path, [*QUICK, "training.max_steps=5", "benchmark.warmup_steps=2",
-                                       "benchmark.repeats=2", "benchmark.telemetry=false"])
+                                       "benchmark.repeats=2", "benchmark.telemetry=false",
+                                       "training.seq_length=64"])
     text = "\n".join(f"[2026-11-24 10:00:00,000][tprimat][INFO] - {r.getMessage()}" for r in caplog.records)
     ingested = ingest_text(text, "run.log", Meta(compose, []))
     key = [(s["repeat"], s["step"], s["warmup"]) for s in ingested["steps"]]

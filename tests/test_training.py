@@ -1,5 +1,6 @@
 """Real tiny training on CPU: the loss falls, the metrics are consistent, the mechanics are right."""
 
+import functools
 import math
 
 import pytest
@@ -20,9 +21,19 @@ def trainer_for(overrides):
     return NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
 
 
+# The mechanics tests below compare runs of one configuration on 64-token sequences: the same math as 256.
+SHORT = ["training.seq_length=64"]
+
+
+@functools.lru_cache(maxsize=8)
+def _losses(overrides: tuple, steps: int) -> tuple:
+    trainer = trainer_for(list(overrides))
+    return tuple(trainer.step(s)[0].item() for s in range(steps))
+
+
 def losses(overrides, steps):
-    trainer = trainer_for(overrides)
-    return [trainer.step(s)[0].item() for s in range(steps)]
+    """The first ``steps`` losses of a fresh trainer (a configuration trained once per module)."""
+    return list(_losses(tuple(overrides), steps))
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +84,12 @@ def test_lr_schedule_warms_up_then_decays_to_min_lr():
 
 @pytest.mark.parametrize("model", ["qwen_tiny", "mistral_tiny"])
 def test_other_architectures_train(tmp_path, model):
-    out = run_inprocess(tmp_path, [f"model={model}", *QUICK])
+    out = run_inprocess(tmp_path, [f"model={model}", *QUICK, *SHORT])
     assert out.status == "ok" and all(math.isfinite(r["loss"]) for r in out.result["steps"])
 
 
 def test_gradient_accumulation_matches_one_big_micro_batch():
-    fp32 = ["training.precision=fp32"]
+    fp32 = ["training.precision=fp32", *SHORT]
     accumulated = losses([*fp32, "training.micro_batch_size=2"], 3)  # 4 micro batches of 2
     single = losses([*fp32, "training.micro_batch_size=8"], 3)  # 1 micro batch of 8
     assert accumulated == pytest.approx(single, rel=1e-4)
@@ -86,12 +97,12 @@ def test_gradient_accumulation_matches_one_big_micro_batch():
 
 @pytest.mark.parametrize("mode", ["full", "selective"])
 def test_activation_checkpointing_does_not_change_the_math(mode):
-    fp32 = ["training.precision=fp32"]
+    fp32 = ["training.precision=fp32", *SHORT]
     assert losses([*fp32, f"training.activation_checkpointing={mode}"], 3) == pytest.approx(losses(fp32, 3), rel=1e-5)
 
 
 def test_repeats_start_from_the_same_seed(tmp_path):
-    out = run_inprocess(tmp_path, [*QUICK, "benchmark.repeats=2"])
+    out = run_inprocess(tmp_path, [*QUICK, *SHORT, "benchmark.repeats=2"])
     steps = out.result["steps"]
     assert [s["repeat"] for s in steps] == [0] * 4 + [1] * 4
     assert steps[0]["loss"] == pytest.approx(steps[4]["loss"], rel=1e-3)
