@@ -35,6 +35,8 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "use_distributed_optimizer": True if par.zero_stage >= 1 or par.fsdp else None,
         "use_megatron_fsdp": True if par.fsdp else None,
         "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
+        # Megatron-LM's validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format" (core_v0.16.1)
+        "ckpt_format": "fsdp_dtensor" if par.fsdp else None,
         "num_layers_per_virtual_pipeline_stage": m.num_layers // (par.pp * par.vp) if par.vp > 1 else None,
         "grad_reduce_in_bf16": None if tr.grad_reduce_in_fp32 or tr.precision == "fp32" else True,
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
