@@ -1,0 +1,170 @@
+"""The frameworks trained under tprimat on one lent GPU: an 8B-width proxy (Llama 3.1 8B at full width, a few of
+its layers, the layout of ``bench/gpu.py``) trained for ``--steps`` steps through ``launch.py`` by each backend the
+device kit allows (docs/frameworks.md): native, torchtitan, Megatron-LM (``--transformer-impl local``, mock data),
+DeepSpeed and the Transformers Trainer. A framework that fails is reported with why and does not stop the others.
+
+Each run's result is checked against the framework's own printed log: the per-step loss, the median step time and
+tokens/s read from it (Megatron-LM's and torchtitan's ``framework.log`` through their parsers; the Trainer's own
+``{'loss': ...}`` lines; DeepSpeed and native print tprimat's step lines, read back with ``tprimat ingest``), each
+within 1%. It prints one table (tokens/s/device, MFU, peak memory against tprimat's estimate, status and why) and
+``frameworks_trained=<n>`` last.
+
+    python bench/gpu_frameworks.py --kit .device_kit --steps 30   # on the lent GPU: installs the kit, then trains
+    python bench/gpu_frameworks.py --cpu --steps 6                          # the rehearsal: llama_tiny on CPU
+
+On ``--cpu`` the proxy is llama_tiny on one process and the CUDA-only frameworks (torchtitan, Megatron-LM) are
+reported as not run, with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tprimat.results.result import read_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU = ["platform=nvidia", "platform.devices_per_node=1", "model=llama", "model.num_layers=4",
+       "training.seq_length=4096", "training.global_batch_size=4", "training.micro_batch_size=1",
+       "methodology=identical_config", "training.precision=bf16"]
+CPU = ["platform=cpu", "model=llama_tiny", "methodology=identical_config", "training.precision=fp32"]
+COMMON = ["logging.wandb.mode=disabled", "benchmark.warmup_steps=2", "training.optimizer.warmup_steps=2"]
+FRAMEWORKS = {  # name -> (overrides, needs CUDA)
+    "native": ([], False),
+    "deepspeed": (["parallelism.zero_stage=2"], False),
+    "transformers": ([], False),
+    "torchtitan": ([], True),
+    "megatron": (["framework.extra_args=[--transformer-impl,local]"], True),
+}
+INGEST_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan"}
+TOLERANCE = 0.01
+TRAINER_LOSS = re.compile(r"\{'loss': '([0-9.]+)'")
+
+
+def install_kit(kit: Path) -> str:
+    """The kit's wheels for this Python, installed offline (no index, no dependencies: the device brings torch)."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    wheels = [str(w) for w in sorted((kit / "wheels").glob("*.whl"))
+              if "-cp3" not in w.name or f"-{tag}-" in w.name or "abi3" in w.name]
+    if not wheels:
+        return f"no device kit at {kit} (python scripts/device_kit.py builds it)"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                           str(kit / "wheels"), "--no-deps", *wheels], capture_output=True, text=True)
+    return "installed" if proc.returncode == 0 else f"pip install failed: {proc.stderr.strip()[-300:]}"
+
+
+def launch(name: str, overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[dict | None, str]:
+    cmd = [sys.executable, str(ROOT / "launch.py"), *overrides, f"hydra.run.dir={run_dir}"]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        console = proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        console = f"timed out after {timeout_s:.0f} s\n" + str(exc.stdout or "")[-2000:]
+    (run_dir / "console.log").write_text(console) if run_dir.exists() else None
+    result_path = run_dir / "result.json"
+    return (read_result(result_path) if result_path.exists() else None), console
+
+
+def ingested(log: Path, fmt: str, out: Path) -> dict | None:
+    subprocess.run([sys.executable, "-m", "tprimat", "ingest", str(log), "--format", fmt, "--out", str(out)],
+                   cwd=ROOT, capture_output=True, text=True)
+    found = sorted(out.rglob("result.json"))
+    return read_result(found[0]) if found else None
+
+
+def relative(a, b) -> float:
+    return abs(a / b - 1) if a is not None and b else float("inf")
+
+
+def own_log_check(name: str, result: dict, run_dir: Path, console: str) -> tuple[bool, str]:
+    """The run's loss, median step time and tokens/s against the framework's own printed log, within 1%."""
+    losses = [s["loss"] for s in result["steps"]]
+    if name == "transformers":
+        printed = [float(x) for x in TRAINER_LOSS.findall(console)]
+        worst = max((relative(a, b) for a, b in zip(printed, losses)), default=float("inf"))
+        ok = len(printed) == len(losses) and worst <= TOLERANCE
+        return ok, f"Trainer's own loss lines: {len(printed)} of {len(losses)} steps, worst {worst:.4f}"
+    log, fmt = (run_dir / "framework.log", INGEST_FORMAT[name]) if name in INGEST_FORMAT else \
+        (run_dir / "launch.log", "tprimat")
+    other = ingested(log, fmt, run_dir / "own_log")
+    if not other or not other.get("summary"):
+        return False, f"{log.name} could not be read back"
+    s, o = result["summary"], other["summary"]
+    worst = max(relative(o["step_time_s"]["median"], s["step_time_s"]["median"]),
+                relative(o["tokens_per_s_per_device"], s["tokens_per_s_per_device"]),
+                *(relative(a["loss"], b) for a, b in zip(other["steps"], losses)))
+    return worst <= TOLERANCE, f"{log.name} ({fmt}): worst relative difference {worst:.4f}"
+
+
+def row(name: str, result: dict | None, console: str, run_dir: Path, skipped: str | None) -> dict:
+    if skipped:
+        return {"framework": name, "status": "not run", "why": skipped}
+    if result is None:
+        return {"framework": name, "status": "no result", "why": console.strip().splitlines()[-1][:160] if console else ""}
+    if result["status"] != "ok":
+        return {"framework": name, "status": result["status"], "why": (result.get("error") or "")[:160]}
+    s, plan = result["summary"], result["plan"]
+    ok, why = own_log_check(name, result, run_dir, console)
+    return {"framework": name, "status": "trained" if ok else "log mismatch", "why": why,
+            "tokens_per_s_per_device": s["tokens_per_s_per_device"], "mfu": s.get("mfu"),
+            "peak_memory_gib": s.get("peak_memory_gib"), "estimate_gib": plan.get("memory_estimate_gib"),
+            "version": (result.get("framework") or {}).get("version")}
+
+
+def table(rows: list[dict]) -> str:
+    def cell(value, fmt):
+        return "n/a" if value is None else format(value, fmt)
+
+    lines = ["| framework | status | tokens/s/device | MFU | peak memory GiB | estimate GiB | why |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['framework']} | {r['status']} | {cell(r.get('tokens_per_s_per_device'), ',.0f')} | "
+                     f"{cell(r.get('mfu'), '.3f')} | {cell(r.get('peak_memory_gib'), '.2f')} | "
+                     f"{cell(r.get('estimate_gib'), '.2f')} | {r['why']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--cpu", action="store_true", help="rehearse on this CPU with llama_tiny")
+    ap.add_argument("--kit", type=Path, default=ROOT / ".device_kit", help="the device kit (Megatron-LM's scripts)")
+    ap.add_argument("--runs", type=Path, default=Path("gpu_frameworks_runs"))
+    ap.add_argument("--budget-s", type=float, default=450.0, help="the whole bench's time (8 minutes with margin)")
+    args = ap.parse_args(argv)
+    import torch
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    base = [*(GPU if cuda else CPU), *COMMON, f"training.max_steps={args.steps}"]
+    if cuda:
+        print(f"device kit: {install_kit(args.kit)}", flush=True)
+    started, rows = time.monotonic(), []
+    for name, (extra, needs_cuda) in FRAMEWORKS.items():
+        left = args.budget_s - (time.monotonic() - started)
+        skipped = ("needs a CUDA device" if needs_cuda and not cuda else
+                   "no time left in the budget" if left < 20 else None)
+        overrides = [*base, f"framework={name}", *extra]
+        if name == "megatron":
+            overrides.append(f"framework.path={(args.kit / 'megatron-lm').resolve()}")
+        run_dir = args.runs / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        result, console = (None, "") if skipped else launch(name, overrides, run_dir, left)
+        try:
+            rows.append(row(name, result, console, run_dir, skipped))
+        except Exception as exc:  # noqa: BLE001 - one framework's failure is its row, never the bench's end
+            rows.append({"framework": name, "status": "bench error", "why": f"{type(exc).__name__}: {exc}"[:160]})
+        print(f"{name}: {rows[-1]['status']} ({rows[-1]['why']})", flush=True)
+    print(table(rows))
+    (args.runs / "table.json").write_text(json.dumps(rows, indent=1))
+    print(f"frameworks_trained={sum(r['status'] == 'trained' for r in rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
