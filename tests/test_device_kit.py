@@ -113,3 +113,4 @@ def test_megatron_lms_own_parser_accepts_every_default_matrix_command_line(kit_e
             assert check["error"] is None, check
             assert check["dp"] == point["dp"], (point["point"], check["dp"], point["dp"])  # Megatron's own division
     assert any(c["error"] is None for c in checked)
+

@@ -285,6 +285,71 @@ def test_torchtitan_audit_sees_an_override_on_its_command_line(tmp_path):
     assert failed == ["warmup_steps"]
 
 
+# torchtitan's own ConfigManager over every launch, in one process: each launch's generated module is imported
+# afresh from its own directory, as torchtitan.train would import it there
+TITAN_PARSE = """
+import importlib, json, sys, traceback
+from torchtitan.config.manager import ConfigManager
+
+
+def lrs(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from ([value] if key == "lr" else lrs(value))
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from lrs(value)
+
+
+checked = []
+for point in json.load(open(sys.argv[1])):
+    sys.path.insert(0, point["dir"])
+    for name in [m for m in sys.modules if m.startswith("tprimat_")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    try:
+        config = ConfigManager().parse_args(point["args"])
+        checked.append({"point": point["point"], "error": None, "lrs": sorted(set(lrs(config.optimizer.to_dict()))),
+                        "global_batch_size": config.training.global_batch_size,
+                        "seq_len": config.training.seq_len})
+    except BaseException as exc:
+        checked.append({"point": point["point"], "error": traceback.format_exc()[-1500:]})
+    sys.path.remove(point["dir"])
+open(sys.argv[2], "w").write(json.dumps(checked))
+"""
+
+
+@pytest.mark.slow
+def test_torchtitans_own_config_manager_accepts_every_default_matrix_config(tmp_path):
+    """The default matrix's torchtitan points (NVIDIA H100, H200, B200 x Llama 3.1 8B x both methodologies;
+    torchtitan ships Llama configs only, and tprimat refuses Qwen and Mistral under it): each launch tprimat
+    writes is parsed by torchtitan's own ConfigManager, which applies every command-line override to the generated
+    config, and reads back the spec's learning rate, batch and sequence."""
+    pytest.importorskip("torchtitan")
+    points, specs = [], []
+    for gpu in ("h100", "h200", "b200"):
+        for model in ("llama",):
+            for methodology in ("identical_config", "maximum_performance"):
+                overrides = ["platform=nvidia", f"platform.gpu={gpu}", f"model={model}", f"methodology={methodology}",
+                             "framework=torchtitan"]
+                spec, plan = spec_plan(overrides)
+                launch_dir = tmp_path / f"{gpu}_{model}_{methodology}"
+                launch = backends.load("torchtitan").write_launch(spec, plan, launch_dir)
+                points.append({"point": [gpu, model, methodology], "dir": str(launch_dir / "launch"),
+                               "args": launch.argv[launch.argv.index("--module"):]})
+                specs.append(spec)
+    (tmp_path / "points.json").write_text(json.dumps(points))
+    proc = subprocess.run([sys.executable, "-c", TITAN_PARSE, str(tmp_path / "points.json"), str(tmp_path / "out.json")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checked = json.loads((tmp_path / "out.json").read_text())
+    assert len(checked) == 6
+    for spec, check in zip(specs, checked):
+        assert check["error"] is None, check
+        assert check["lrs"] == [spec.training.optimizer.lr] and check["seq_len"] == spec.training.seq_length
+        assert check["global_batch_size"] == spec.training.global_batch_size
+
+
 def test_megatron_core_accepts_the_translation():
     core = pytest.importorskip("megatron.core.transformer")
     for model in ("llama", "qwen", "mistral", "llama70b"):
