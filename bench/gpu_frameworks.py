@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts.device_kit import wheels_for  # noqa: E402
 from tprimat.results.result import read_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,9 +50,7 @@ TRAINER_LOSS = re.compile(r"\{'loss': '([0-9.]+)'")
 
 def install_kit(kit: Path) -> str:
     """The kit's wheels for this Python, installed offline (no index, no dependencies: the device brings torch)."""
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    wheels = [str(w) for w in sorted((kit / "wheels").glob("*.whl"))
-              if "-cp3" not in w.name or f"-{tag}-" in w.name or "abi3" in w.name]
+    wheels = [str(w) for w in wheels_for(kit / "wheels", f"cp{sys.version_info.major}{sys.version_info.minor}")]
     if not wheels:
         return f"no device kit at {kit} (python scripts/device_kit.py builds it)"
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
@@ -66,7 +65,7 @@ def launch(name: str, overrides: list[str], run_dir: Path, timeout_s: float) -> 
         console = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         console = f"timed out after {timeout_s:.0f} s\n" + str(exc.stdout or "")[-2000:]
-    (run_dir / "console.log").write_text(console) if run_dir.exists() else None
+    (run_dir / "console.log").write_text(console)
     result_path = run_dir / "result.json"
     return (read_result(result_path) if result_path.exists() else None), console
 

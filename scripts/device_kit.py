@@ -62,6 +62,12 @@ LEFT_OUT = {
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64", "any"]
 
 
+def wheels_for(wheels: Path, python_tag: str) -> list[Path]:
+    """The kit's wheels that install on one Python (``cp311``): pure and abi3 ones, and those built for it."""
+    return [w for w in sorted(wheels.glob("*.whl"))
+            if "-cp3" not in w.name or f"-{python_tag}-" in w.name or "abi3" in w.name]
+
+
 def download(python: str, dest: Path) -> None:
     """Every pinned wheel built for ``python`` (``3.12``), without dependencies, from the registry."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from scripts.device_kit import wheels_for
 from tests.conftest import ROOT
 from tprimat.compose import compose
 from tprimat.execute.run import execute
@@ -56,8 +57,7 @@ def kit_env(tmp_path_factory):
     the device brings torch, numpy and packaging); its site-packages."""
     env = tmp_path_factory.mktemp("kit") / "venv"
     venv.create(env, with_pip=True)
-    wheels = [w for w in sorted((KIT / "wheels").glob("*.whl")) if "-cp3" not in w.name or f"-{TAG}-" in w.name
-              or "abi3" in w.name]
+    wheels = wheels_for(KIT / "wheels", TAG)
     proc = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
                            "--find-links", str(KIT / "wheels"), "--no-deps", *map(str, wheels)],
                           capture_output=True, text=True, timeout=300)
