@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,8 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.device_kit import wheels_for  # noqa: E402
-from tprimat.results.result import read_result  # noqa: E402
+from scripts.device_kit import restore_datasets_makefile, wheels_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ["platform=nvidia", "platform.devices_per_node=1", "model=llama", "model.num_layers=4",
@@ -40,22 +40,32 @@ FRAMEWORKS = {  # name -> (overrides, needs CUDA)
     "native": ([], False),
     "deepspeed": (["parallelism.zero_stage=2"], False),
     "transformers": ([], False),
-    "torchtitan": ([], True),
-    "megatron": (["framework.extra_args=[--transformer-impl,local]"], True),
+    "torchtitan": (["framework.extra_args=[--hf_assets_path,./tests/assets/tokenizer]"], True),  # the kit's
+    # without Transformer Engine or apex: the local layers, and none of the fusions that need their kernels
+    "megatron": (["framework.extra_args=[--transformer-impl,local,--no-gradient-accumulation-fusion,"
+                  "--no-rope-fusion,--no-masked-softmax-fusion]"], True),
 }
+KIT_PATH = {"megatron": "megatron-lm", "torchtitan": "torchtitan"}  # the run's directory: scripts, tokenizer, corpus
+UNSHARDED_RETRY = ("torchtitan", "megatron")
 INGEST_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan"}
 TOLERANCE = 0.01
 TRAINER_LOSS = re.compile(r"\{'loss': '([0-9.]+)'")
 
 
 def install_kit(kit: Path) -> str:
-    """The kit's wheels for this Python, installed offline (no index, no dependencies: the device brings torch)."""
+    """The kit's wheels for this Python, installed offline into ``<kit>/installed`` (no index, no dependencies:
+    the device's image brings torch and the rest), which this process and every run it starts import first."""
     wheels = [str(w) for w in wheels_for(kit / "wheels", f"cp{sys.version_info.major}{sys.version_info.minor}")]
     if not wheels:
         return f"no device kit at {kit} (python scripts/device_kit.py builds it)"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
-                           str(kit / "wheels"), "--no-deps", *wheels], capture_output=True, text=True)
-    return "installed" if proc.returncode == 0 else f"pip install failed: {proc.stderr.strip()[-300:]}"
+    site = (kit / "installed").resolve()
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--upgrade",
+                           "--target", str(site), *wheels], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"pip install failed: {proc.stderr.strip()[-300:]}"
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    return f"installed {len(wheels)} wheels; Megatron's datasets Makefile: {restore_datasets_makefile(kit, sys.executable)}"
 
 
 def launch(name: str, overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[dict | None, str]:
@@ -66,6 +76,8 @@ def launch(name: str, overrides: list[str], run_dir: Path, timeout_s: float) -> 
     except subprocess.TimeoutExpired as exc:
         console = f"timed out after {timeout_s:.0f} s\n" + str(exc.stdout or "")[-2000:]
     (run_dir / "console.log").write_text(console)
+    from tprimat.results.result import read_result  # orjson: from the kit on the device
+
     result_path = run_dir / "result.json"
     return (read_result(result_path) if result_path.exists() else None), console
 
@@ -73,6 +85,8 @@ def launch(name: str, overrides: list[str], run_dir: Path, timeout_s: float) -> 
 def ingested(log: Path, fmt: str, out: Path) -> dict | None:
     subprocess.run([sys.executable, "-m", "tprimat", "ingest", str(log), "--format", fmt, "--out", str(out)],
                    cwd=ROOT, capture_output=True, text=True)
+    from tprimat.results.result import read_result
+
     found = sorted(out.rglob("result.json"))
     return read_result(found[0]) if found else None
 
@@ -136,6 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kit", type=Path, default=ROOT / ".device_kit", help="the device kit (Megatron-LM's scripts)")
     ap.add_argument("--runs", type=Path, default=Path("gpu_frameworks_runs"))
     ap.add_argument("--budget-s", type=float, default=450.0, help="the whole bench's time (8 minutes with margin)")
+    ap.add_argument("--per-run-s", type=float, default=150.0, help="one framework's run at most (a hang costs no more)")
     args = ap.parse_args(argv)
     import torch
 
@@ -144,24 +159,36 @@ def main(argv=None) -> int:
     if cuda:
         print(f"device kit: {install_kit(args.kit)}", flush=True)
     started, rows = time.monotonic(), []
-    for name, (extra, needs_cuda) in FRAMEWORKS.items():
+
+    def run(label: str, name: str, extra: list[str], needs_cuda: bool) -> dict:
         left = args.budget_s - (time.monotonic() - started)
         skipped = ("needs a CUDA device" if needs_cuda and not cuda else
                    "no time left in the budget" if left < 20 else None)
-        overrides = [*base, f"framework={name}", *extra]
-        if name == "megatron":
-            overrides.append(f"framework.path={(args.kit / 'megatron-lm').resolve()}")
-        run_dir = args.runs / name
+        overrides = [*base, f"framework={name}", *FRAMEWORKS[name][0], *extra]
+        if name in KIT_PATH:
+            overrides.append(f"framework.path={(args.kit / KIT_PATH[name]).resolve()}")
+        run_dir = args.runs / label
         run_dir.mkdir(parents=True, exist_ok=True)
-        result, console = (None, "") if skipped else launch(name, overrides, run_dir, left)
+        result, console = (None, "") if skipped else launch(name, overrides, run_dir, min(left, args.per_run_s))
         try:
-            rows.append(row(name, result, console, run_dir, skipped))
+            made = row(name, result, console, run_dir, skipped)
         except Exception as exc:  # noqa: BLE001 - one framework's failure is its row, never the bench's end
-            rows.append({"framework": name, "status": "bench error", "why": f"{type(exc).__name__}: {exc}"[:160]})
-        print(f"{name}: {rows[-1]['status']} ({rows[-1]['why']})", flush=True)
+            made = {"framework": name, "status": "bench error", "why": f"{type(exc).__name__}: {exc}"[:160]}
+        made["framework"] = label
+        print(f"{label}: {made['status']} ({made['why']})", flush=True)
+        return made
+
+    # the external frameworks first: they are what only a GPU can show; a sharded run that fails is tried once
+    # more unsharded (on one GPU FSDP shards nothing), so a failure of the sharding is told apart from the trainer's
+    for name in sorted(FRAMEWORKS, key=lambda n: not FRAMEWORKS[n][1]):
+        rows.append(run(name, name, [], FRAMEWORKS[name][1]))
+        if name in UNSHARDED_RETRY and rows[-1]["status"] not in ("trained", "not run"):
+            rows.append(run(f"{name}-unsharded", name, ["parallelism.fsdp=false"], True))
+    rows.sort(key=lambda r: list(FRAMEWORKS).index(r["framework"].split("-")[0]))
     print(table(rows))
     (args.runs / "table.json").write_text(json.dumps(rows, indent=1))
-    print(f"frameworks_trained={sum(r['status'] == 'trained' for r in rows)}")
+    trained = {r["framework"].split("-")[0] for r in rows if r["status"] == "trained"}
+    print(f"frameworks_trained={len(trained)}")
     return 0
 
 

@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -46,8 +47,45 @@ WHEELS = {
     "typeguard": "4.6.1",           # tyro's
     "einops": "0.8.2",              # megatron-core's and torchtitan's tensor rearranging
     "six": "1.17.0",                # Megatron-LM's tokenizer module (megatron/training)
+    "datasets": "4.7.0",            # torchtitan.train imports its text datasets at start (pyarrow: DEVICE_IMAGE)
+    "dill": "0.4.0",                # datasets'
+    "multiprocess": "0.70.18",      # datasets'
+    # tprimat's own dependencies the device image lacks (DEVICE_IMAGE): launch.py's Hydra, the result's columns
+    # and schema, DeepSpeed's config models
+    "hydra-core": "1.3.8",
+    "omegaconf": "2.3.1",
+    "orjson": "3.13.0",             # compiled per Python
+    "jsonschema": "4.26.0",
+    "jsonschema-specifications": "2025.9.1",
+    "referencing": "0.37.0",
+    "rpds-py": "2026.9.1",          # compiled per Python (referencing's)
+    "hjson": "3.1.0",               # DeepSpeed's config reader
+    "pydantic": "2.14.4",           # DeepSpeed's config models
+    "pydantic-core": "2.50.5",      # compiled per Python
+    "annotated-types": "0.8.0",
+    "typing-inspection": "0.4.5",
 }
+# published on the registry as source only: built here into pure-Python wheels (no compiled part: DeepSpeed with
+# DS_BUILD_OPS=0 compiles its ops just in time where they are used, and tprimat's DeepSpeed runs use torch's AdamW)
+FROM_SOURCE = {
+    "antlr4-python3-runtime": "4.9.3",  # omegaconf's grammar runtime, pinned to 4.9 by omegaconf 2.3
+    "deepspeed": "0.19.8",
+}
+# what the device's image already holds (read there with pip list), so the kit does not carry it: the rehearsal
+# (tests/test_device_kit.py) runs the CPU frameworks with these alone beside the kit
+DEVICE_IMAGE = ["torch", "numpy", "packaging", "pyyaml", "psutil", "typing-extensions", "filelock", "fsspec",
+                "jinja2", "markupsafe", "sympy", "mpmath", "networkx", "attrs", "transformers", "accelerate",
+                "tokenizers", "safetensors", "huggingface-hub", "hf-xet", "regex", "requests", "urllib3", "idna",
+                "certifi", "charset-normalizer", "tqdm", "msgpack", "ninja", "py-cpuinfo", "nvidia-ml-py", "rich",
+                "markdown-it-py", "mdurl", "pygments", "scipy", "httpx", "httpcore", "h11", "anyio", "click",
+                "shellingham", "typer", "pandas", "pyarrow", "xxhash", "aiohttp", "aiosignal", "aiohappyeyeballs",
+                "frozenlist", "multidict", "propcache", "yarl", "python-dateutil", "annotated-doc", "triton",
+                "setuptools", "tensorboard", "tensorboard-data-server", "absl-py", "protobuf", "grpcio", "markdown",
+                "werkzeug", "pytest", "pluggy", "iniconfig", "hypothesis", "sortedcontainers", "matplotlib",
+                "contourpy", "cycler", "fonttools", "kiwisolver", "pillow", "pyparsing"]
 MEGATRON_TAG = "core_v0.16.1"  # the Megatron-LM tag that released megatron-core 0.16.1
+DATASETS_MAKEFILE = "megatron/core/datasets/Makefile"
+TORCHTITAN_ASSETS = ["tests/assets/tokenizer/tokenizer.json", "tests/assets/tokenizer/tokenizer_config.json"]
 MEGATRON_PATHS = ["pretrain_gpt.py", "gpt_builders.py", "model_provider.py", "megatron/training", "megatron/legacy",
                   "megatron/rl", "megatron/post_training"]  # what megatron/training imports besides megatron.core
 LEFT_OUT = {
@@ -55,17 +93,24 @@ LEFT_OUT = {
                           "--transformer-impl local instead",
     "apex": "built from source against the device's CUDA; Megatron-LM's local implementation does without it",
     "nemo_toolkit": "hundreds of MiB with its dependencies; NeMo is read from its logs (tprimat ingest)",
-    "datasets, pyarrow, tokenizers": "about 50 MiB for torchtitan's text datasets; the device runs use synthetic "
-                                     "or mock data",
-    "deepspeed, transformers": "the device's own PyTorch image, or the dev extra's; not needed for the kit's frameworks",
+    "transformers, accelerate": "in the device's image (DEVICE_IMAGE)",
+    "wandb, plotly": "the device runs log with logging.wandb.mode=disabled and make no report.html",
+    "hydra-submitit-launcher, submitit": "one GPU, no Slurm",
 }
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64", "any"]
 
 
 def wheels_for(wheels: Path, python_tag: str) -> list[Path]:
-    """The kit's wheels that install on one Python (``cp311``): pure and abi3 ones, and those built for it."""
-    return [w for w in sorted(wheels.glob("*.whl"))
-            if "-cp3" not in w.name or f"-{python_tag}-" in w.name or "abi3" in w.name]
+    """The kit's wheels that install on one CPython (``cp311``): pure ones (``py3``), those built for it
+    (``cp311``, ``py311``) and stable-ABI ones (``cp310-abi3``) built for it or an older one."""
+    version = int(python_tag[2:])
+
+    def fits(wheel: Path) -> bool:
+        python, abi = wheel.name[:-4].split("-")[-3:-1]
+        return any(tag in ("py3", "py2", f"cp{version}", f"py{version}") or
+                   (abi == "abi3" and tag.startswith("cp") and int(tag[2:]) <= version) for tag in python.split("."))
+
+    return [w for w in sorted(wheels.glob("*.whl")) if fits(w)]
 
 
 def download(python: str, dest: Path) -> None:
@@ -75,6 +120,13 @@ def download(python: str, dest: Path) -> None:
            "--python-version", python, *platforms, "--dest", str(dest),
            *(f"{name}=={version}" for name, version in WHEELS.items())]
     subprocess.run(cmd, check=True)
+
+
+def build_from_source(dest: Path) -> None:
+    """``FROM_SOURCE`` as wheels, built by this interpreter without isolation (DeepSpeed's setup imports torch)."""
+    cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+           "--no-binary=:all:", "--wheel-dir", str(dest), *(f"{n}=={v}" for n, v in FROM_SOURCE.items())]
+    subprocess.run(cmd, check=True, env={**os.environ, "DS_BUILD_OPS": "0"})
 
 
 def export_megatron(repo: Path, dest: Path) -> str:
@@ -88,6 +140,48 @@ def export_megatron(repo: Path, dest: Path) -> str:
     return commit
 
 
+def export_datasets_makefile(repo: Path, commit: str, dest: Path) -> None:
+    """Megatron-LM's ``megatron/core/datasets/Makefile``: Megatron-LM's initialize runs ``make`` in the installed
+    megatron-core's datasets folder, and the wheel ships the built ``helpers_cpp`` without the Makefile, so make
+    finds no target and Megatron-LM exits. The device's install puts it back (``restore_datasets_makefile``)."""
+    text = subprocess.run(["git", "--git-dir", str(repo), "show", f"{commit}:{DATASETS_MAKEFILE}"], check=True,
+                          capture_output=True).stdout
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(text)
+
+
+def restore_datasets_makefile(kit: Path, python: str) -> str:
+    """Put the kit's Makefile beside the installed megatron-core's built helpers (where the wheel left it out)."""
+    where = subprocess.run([python, "-c", "import importlib.util as u; "
+                            "print(u.find_spec('megatron.core.datasets').submodule_search_locations[0])"],
+                           capture_output=True, text=True)
+    if where.returncode != 0:
+        return f"megatron-core not importable: {where.stderr.strip()[-200:]}"
+    target = Path(where.stdout.strip().splitlines()[-1]) / "Makefile"
+    if not target.exists():
+        target.write_bytes((kit / "megatron-core" / DATASETS_MAKEFILE).read_bytes())
+    return f"{target} in place"
+
+
+def export_torchtitan_assets(repo: Path, dest: Path) -> str:
+    """torchtitan's test tokenizer (its own ``tests/assets/tokenizer``) at the mirror's head, and a text corpus in the
+    layout of its ``c4_test`` sample (JSON lines of ``{"text": ...}``), which torchtitan's loader reads from
+    ``tests/assets/c4_test`` under the run's directory. The sample itself is too large for the fetched mirror, so the
+    corpus is the kit's own Megatron-LM sources, one file a document: throughput does not depend on the text."""
+    commit = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    for path in TORCHTITAN_ASSETS:
+        blob = subprocess.run(["git", "--git-dir", str(repo), "show", f"{commit}:{path}"], check=True,
+                              capture_output=True).stdout
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(blob)
+    corpus = dest / "tests/assets/c4_test/data.json"
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    sources = sorted((dest.parent / "megatron-lm").rglob("*.py"))
+    corpus.write_text("".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in sources))
+    return commit
+
+
 def git_dir(path: Path) -> Path:
     """A clone's ``.git`` or a bare repository (what the workplace's ``fetch`` mirrors)."""
     return path / ".git" if (path / ".git").exists() else path
@@ -96,19 +190,25 @@ def git_dir(path: Path) -> Path:
 def manifest(out: Path, pythons: list[str], commit: str) -> dict:
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
     total = sum(p.stat().st_size for p in files)
-    return {"pythons": pythons, "wheels": WHEELS, "megatron_lm": {"tag": MEGATRON_TAG, "commit": commit,
+    return {"pythons": pythons, "wheels": {**WHEELS, **FROM_SOURCE}, "built_from_source": sorted(FROM_SOURCE),
+            "device_image": DEVICE_IMAGE, "megatron_lm": {"tag": MEGATRON_TAG, "commit": commit,
                                                                    "paths": MEGATRON_PATHS},
             "left_out": LEFT_OUT, "total_mib": round(total / 2**20, 2),
             "files": {str(p.relative_to(out)): {"bytes": p.stat().st_size,
                                                 "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in files}}
 
 
-def build(out: Path, megatron_lm: Path, pythons: list[str]) -> dict:
+def build(out: Path, megatron_lm: Path, torchtitan: Path, pythons: list[str]) -> dict:
     (out / "wheels").mkdir(parents=True, exist_ok=True)
     for python in pythons:
         download(python, out / "wheels")
+    build_from_source(out / "wheels")
     commit = export_megatron(git_dir(megatron_lm), out / "megatron-lm")
+    export_datasets_makefile(git_dir(megatron_lm), commit, out / "megatron-core" / DATASETS_MAKEFILE)
+    titan_commit = export_torchtitan_assets(git_dir(torchtitan), out / "torchtitan")
     made = manifest(out, pythons, commit)
+    made["torchtitan_assets"] = {"commit": titan_commit, "paths": TORCHTITAN_ASSETS,
+                                 "corpus": "tests/assets/c4_test/data.json: the kit's Megatron-LM sources"}
     if made["total_mib"] > LIMIT_MIB:
         raise SystemExit(f"device kit: {made['total_mib']} MiB is over the {LIMIT_MIB} MiB a device call carries")
     (out / "MANIFEST.json").write_text(json.dumps(made, indent=2) + "\n")
@@ -119,11 +219,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megatron-lm", type=Path, required=True,
                         help="a Megatron-LM git repository (a clone or a bare mirror) holding the tag " + MEGATRON_TAG)
+    parser.add_argument("--torchtitan", type=Path, required=True,
+                        help="a torchtitan git repository (a clone or a bare mirror): its test tokenizer")
     parser.add_argument("--out", type=Path, default=ROOT / ".device_kit")
     parser.add_argument("--python", action="append", default=None,
                         help="a Python the device may run (repeatable; default 3.11 and 3.12: torchtitan 0.3 needs 3.11+)")
     args = parser.parse_args(argv)
-    made = build(args.out, args.megatron_lm, args.python or ["3.11", "3.12"])
+    made = build(args.out, args.megatron_lm, args.torchtitan, args.python or ["3.11", "3.12"])
     print(f"device kit: {len(made['files'])} files, {made['total_mib']} MiB in {args.out}; Megatron-LM "
           f"{MEGATRON_TAG} at {made['megatron_lm']['commit'][:12]}; left out: {', '.join(LEFT_OUT)}")
     return 0
