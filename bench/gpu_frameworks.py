@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.device_kit import restore_datasets_makefile, wheels_for  # noqa: E402
+from scripts.device_kit import WHEELS, release_for, restore_datasets_makefile, wheels_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ["platform=nvidia", "platform.devices_per_node=1", "model=llama", "model.num_layers=4",
@@ -40,11 +40,17 @@ FRAMEWORKS = {  # name -> (overrides, needs CUDA)
     "native": ([], False),
     "deepspeed": (["parallelism.zero_stage=2"], False),
     "transformers": ([], False),
-    "torchtitan": (["framework.extra_args=[--hf_assets_path,./tests/assets/tokenizer]"], True),  # the kit's
+    "torchtitan": ([], True),  # TORCHTITAN: the release the kit installed beside this torch
     # without Transformer Engine or apex: the local layers, and none of the fusions that need their kernels
     "megatron": (["framework.extra_args=[--transformer-impl,local,--no-gradient-accumulation-fusion,"
-                  "--no-rope-fusion,--no-masked-softmax-fusion]"], True),
+                  "--no-rope-fusion,--no-masked-softmax-fusion,--no-persist-layer-norm]"], True),
 }
+# torchtitan 0.3 (registry flavour) or, beside an older torch, 0.2 (its TOML): the kit's test tokenizer either way
+TORCHTITAN = {"registry": ["framework.flavour=registry", "framework.extra_args=[--hf_assets_path,./tests/assets/tokenizer]"],
+              "toml": ["framework.flavour=toml", "framework.extra_args=[--model.hf_assets_path,./tests/assets/tokenizer]"]}
+# torchtitan builds its flavour's own model (llama3 8B: all 32 layers, over one H100's memory with AdamW); the
+# 4-layer proxy has no flavour, so torchtitan trains its own debug model here, llama_tiny in tprimat's terms
+OWN_MODEL = {"torchtitan": ["model=llama_tiny", "training.seq_length=2048"]}  # its context: 2048
 KIT_PATH = {"megatron": "megatron-lm", "torchtitan": "torchtitan"}  # the run's directory: scripts, tokenizer, corpus
 UNSHARDED_RETRY = ("torchtitan", "megatron")
 INGEST_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan"}
@@ -124,7 +130,8 @@ def row(name: str, result: dict | None, console: str, run_dir: Path, skipped: st
         return {"framework": name, "status": result["status"], "why": (result.get("error") or "")[:160]}
     s, plan = result["summary"], result["plan"]
     ok, why = own_log_check(name, result, run_dir, console)
-    return {"framework": name, "status": "trained" if ok else "log mismatch", "why": why,
+    return {"framework": name, "model": result["spec"]["model"]["name"], "status": "trained" if ok else "log mismatch",
+            "why": why,
             "tokens_per_s_per_device": s["tokens_per_s_per_device"], "mfu": s.get("mfu"),
             "peak_memory_gib": s.get("peak_memory_gib"), "estimate_gib": plan.get("memory_estimate_gib"),
             "version": (result.get("framework") or {}).get("version")}
@@ -134,10 +141,11 @@ def table(rows: list[dict]) -> str:
     def cell(value, fmt):
         return "n/a" if value is None else format(value, fmt)
 
-    lines = ["| framework | status | tokens/s/device | MFU | peak memory GiB | estimate GiB | why |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| framework | model | status | tokens/s/device | MFU | peak memory GiB | estimate GiB | why |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['framework']} | {r['status']} | {cell(r.get('tokens_per_s_per_device'), ',.0f')} | "
+        lines.append(f"| {r['framework']} | {r.get('model', 'n/a')} | {r['status']} | "
+                     f"{cell(r.get('tokens_per_s_per_device'), ',.0f')} | "
                      f"{cell(r.get('mfu'), '.3f')} | {cell(r.get('peak_memory_gib'), '.2f')} | "
                      f"{cell(r.get('estimate_gib'), '.2f')} | {r['why']} |")
     return "\n".join(lines)
@@ -150,6 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kit", type=Path, default=ROOT / ".device_kit", help="the device kit (Megatron-LM's scripts)")
     ap.add_argument("--runs", type=Path, default=Path("gpu_frameworks_runs"))
     ap.add_argument("--budget-s", type=float, default=450.0, help="the whole bench's time (8 minutes with margin)")
+    ap.add_argument("--only", default=None, help="comma-separated frameworks to run (default: every one)")
     ap.add_argument("--per-run-s", type=float, default=150.0, help="one framework's run at most (a hang costs no more)")
     args = ap.parse_args(argv)
     import torch
@@ -159,12 +168,18 @@ def main(argv=None) -> int:
     if cuda:
         print(f"device kit: {install_kit(args.kit)}", flush=True)
     started, rows = time.monotonic(), []
+    titan_flavour = "registry" if release_for("torchtitan", torch.__version__) == WHEELS["torchtitan"] else "toml"
 
     def run(label: str, name: str, extra: list[str], needs_cuda: bool) -> dict:
         left = args.budget_s - (time.monotonic() - started)
         skipped = ("needs a CUDA device" if needs_cuda and not cuda else
                    "no time left in the budget" if left < 20 else None)
-        overrides = [*base, f"framework={name}", *FRAMEWORKS[name][0], *extra]
+        model = OWN_MODEL.get(name, []) if cuda else []
+        replaced = {o.split("=")[0] for o in model}
+        kept = [o for o in base if o.split("=")[0] not in replaced and not ("model" in replaced and o.startswith("model."))]
+        overrides = [*kept, *model, f"framework={name}", *FRAMEWORKS[name][0], *extra]
+        if name == "torchtitan":
+            overrides += TORCHTITAN[titan_flavour]
         if name in KIT_PATH:
             overrides.append(f"framework.path={(args.kit / KIT_PATH[name]).resolve()}")
         run_dir = args.runs / label
@@ -180,7 +195,8 @@ def main(argv=None) -> int:
 
     # the external frameworks first: they are what only a GPU can show; a sharded run that fails is tried once
     # more unsharded (on one GPU FSDP shards nothing), so a failure of the sharding is told apart from the trainer's
-    for name in sorted(FRAMEWORKS, key=lambda n: not FRAMEWORKS[n][1]):
+    chosen = args.only.split(",") if args.only else list(FRAMEWORKS)
+    for name in sorted(chosen, key=lambda n: not FRAMEWORKS[n][1]):
         rows.append(run(name, name, [], FRAMEWORKS[name][1]))
         if name in UNSHARDED_RETRY and rows[-1]["status"] not in ("trained", "not run"):
             rows.append(run(f"{name}-unsharded", name, ["parallelism.fsdp=false"], True))

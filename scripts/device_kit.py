@@ -65,6 +65,12 @@ WHEELS = {
     "annotated-types": "0.8.0",
     "typing-inspection": "0.4.5",
 }
+# where the device's torch is older than a framework release needs, the release before it, beside it in the kit:
+# torchtitan 0.3 imports torch.distributed.fsdp.DataParallelMeshDims (torch >= 2.12; the first device run's torch
+# 2.11 has none), so there torchtitan 0.2.2 runs, with its TOML configs (framework.flavour=toml)
+OLDER_TORCH = {"torchtitan": {"below_torch": "2.12", "version": "0.2.2"}}
+TORCHTITAN_TOML = {"tag": "v0.2.2", "paths": ["torchtitan/models/llama3/train_configs/llama3_8b.toml",
+                                               "torchtitan/models/llama3/train_configs/debug_model.toml"]}
 # published on the registry as source only: built here into pure-Python wheels (no compiled part: DeepSpeed with
 # DS_BUILD_OPS=0 compiles its ops just in time where they are used, and tprimat's DeepSpeed runs use torch's AdamW)
 FROM_SOURCE = {
@@ -100,13 +106,33 @@ LEFT_OUT = {
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64", "any"]
 
 
-def wheels_for(wheels: Path, python_tag: str) -> list[Path]:
-    """The kit's wheels that install on one CPython (``cp311``): pure ones (``py3``), those built for it
-    (``cp311``, ``py311``) and stable-ABI ones (``cp310-abi3``) built for it or an older one."""
+def torch_below(version: str, torch_version: str) -> bool:
+    """``torch_version`` (``2.11.0+cu130``) older than ``version`` (``2.12``)?"""
+    have = tuple(int(part) for part in torch_version.split("+")[0].split(".")[:2])
+    return have < tuple(int(part) for part in version.split("."))
+
+
+def release_for(name: str, torch_version: str) -> str:
+    """The release of ``name`` the kit installs beside ``torch_version``."""
+    older = OLDER_TORCH.get(name)
+    return older["version"] if older and torch_below(older["below_torch"], torch_version) else WHEELS[name]
+
+
+def wheels_for(wheels: Path, python_tag: str, torch_version: str | None = None) -> list[Path]:
+    """The kit's wheels that install on one CPython (``cp311``) beside one torch (default: this one's): pure ones
+    (``py3``), those built for it (``cp311``, ``py311``) and stable-ABI ones (``cp310-abi3``) built for it or an
+    older one; of a framework held in two releases (``OLDER_TORCH``), the one for that torch."""
     version = int(python_tag[2:])
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
 
     def fits(wheel: Path) -> bool:
-        python, abi = wheel.name[:-4].split("-")[-3:-1]
+        parts = wheel.name[:-4].split("-")  # name-release[-build]-python-abi-platform
+        name, release, python, abi = parts[0], parts[1], parts[-3], parts[-2]
+        if name in OLDER_TORCH and release != release_for(name, torch_version):
+            return False
         return any(tag in ("py3", "py2", f"cp{version}", f"py{version}") or
                    (abi == "abi3" and tag.startswith("cp") and int(tag[2:]) <= version) for tag in python.split("."))
 
@@ -114,12 +140,13 @@ def wheels_for(wheels: Path, python_tag: str) -> list[Path]:
 
 
 def download(python: str, dest: Path) -> None:
-    """Every pinned wheel built for ``python`` (``3.12``), without dependencies, from the registry."""
+    """Every pinned wheel built for ``python`` (``3.12``), without dependencies, from the registry; the older
+    releases (``OLDER_TORCH``) in a second call (pip takes one version of a name per call)."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-           "--python-version", python, *platforms, "--dest", str(dest),
-           *(f"{name}=={version}" for name, version in WHEELS.items())]
-    subprocess.run(cmd, check=True)
+           "--python-version", python, *platforms, "--dest", str(dest)]
+    subprocess.run([*cmd, *(f"{name}=={version}" for name, version in WHEELS.items())], check=True)
+    subprocess.run([*cmd, *(f"{name}=={older['version']}" for name, older in OLDER_TORCH.items())], check=True)
 
 
 def build_from_source(dest: Path) -> None:
@@ -170,6 +197,11 @@ def export_torchtitan_assets(repo: Path, dest: Path) -> str:
     corpus is the kit's own Megatron-LM sources, one file a document: throughput does not depend on the text."""
     commit = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
                             text=True).stdout.strip()
+    for path in TORCHTITAN_TOML["paths"]:  # torchtitan 0.2's own model config, at its tag
+        blob = subprocess.run(["git", "--git-dir", str(repo), "show", f"{TORCHTITAN_TOML['tag']}:{path}"], check=True,
+                              capture_output=True).stdout
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / path).write_bytes(blob)
     for path in TORCHTITAN_ASSETS:
         blob = subprocess.run(["git", "--git-dir", str(repo), "show", f"{commit}:{path}"], check=True,
                               capture_output=True).stdout
@@ -190,7 +222,8 @@ def git_dir(path: Path) -> Path:
 def manifest(out: Path, pythons: list[str], commit: str) -> dict:
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.json")
     total = sum(p.stat().st_size for p in files)
-    return {"pythons": pythons, "wheels": {**WHEELS, **FROM_SOURCE}, "built_from_source": sorted(FROM_SOURCE),
+    return {"pythons": pythons, "wheels": {**WHEELS, **FROM_SOURCE}, "older_torch": OLDER_TORCH,
+            "torchtitan_toml": TORCHTITAN_TOML, "built_from_source": sorted(FROM_SOURCE),
             "device_image": DEVICE_IMAGE, "megatron_lm": {"tag": MEGATRON_TAG, "commit": commit,
                                                                    "paths": MEGATRON_PATHS},
             "left_out": LEFT_OUT, "total_mib": round(total / 2**20, 2),

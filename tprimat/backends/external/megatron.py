@@ -58,6 +58,13 @@ def as_cli(settings: dict) -> list[str]:
     return argv
 
 
+def launch_env(spec: TprimatConf) -> dict[str, str]:
+    """One CUDA connection orders tensor-parallel communication before compute (what Megatron-LM's examples
+    set); Megatron FSDP refuses exactly that value ("FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large
+    than one", validate_args at core_v0.16.1, met on the first device run): FSDP runs keep the driver's default."""
+    return {} if spec.parallelism.fsdp else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
 class MegatronBackend(ExternalBackend):
     name = "megatron"
     log_format = "megatron"
@@ -67,7 +74,7 @@ class MegatronBackend(ExternalBackend):
         root = self.framework_path(spec) or Path("$MEGATRON_LM_PATH")
         argv = [*torchrun(spec), str(root / "pretrain_gpt.py"), *as_cli(megatron_settings(spec, plan)),
                 *spec.framework.extra_args]
-        return Launch(argv, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, cwd=str(root))
+        return Launch(argv, env=launch_env(spec), cwd=str(root))
 
 
 BACKEND = MegatronBackend()

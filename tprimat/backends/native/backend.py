@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
 from tprimat.backends.base import Backend, RunOutcome, StepSink
-from tprimat.backends.common import measure_steps, pick_device, run_repeats
+from tprimat.backends.common import measure_steps, pick_device, run_repeats, single_process_group
 from tprimat.backends.native.train import NativeTrainer
 from tprimat.measure import memory_profile
 from tprimat.measure.profile import StepProfiler
@@ -92,8 +94,11 @@ class NativeBackend(Backend):
 
         if spec.profile.enabled:
             memory_profile.record_history(device)  # an out-of-memory snapshot then holds the allocation history
+        # FSDP2 needs a process group: one process gets a one-rank group for the run (torchrun's ranks have theirs)
+        group = single_process_group(device) if spec.parallelism.fsdp and not dist.is_initialized() else nullcontext()
         try:
-            effective = run_repeats(spec, run_once)
+            with group:
+                effective = run_repeats(spec, run_once)
         except torch.OutOfMemoryError as exc:
             raise out_of_memory(exc, device, run_dir) from exc
         return RunOutcome(effective=effective, sections=sections, audit_failures=untied(spec, plan, effective))

@@ -43,8 +43,10 @@ class Layout:
         return self.pp_rank == self.pp - 1
 
 
-def make_layout(plan: Plan, device: torch.device) -> Layout:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+def make_layout(plan: Plan, device: torch.device, fsdp: bool = False) -> Layout:
+    """The device mesh of the run's process group; none for one process, unless FSDP2 is asked for: then a one-rank
+    mesh, so that parallelism.fsdp=true trains an FSDP2 module on one device as it does on many."""
+    if not dist.is_initialized() or (dist.get_world_size() == 1 and not fsdp):
         return Layout()
     from torch.distributed.device_mesh import init_device_mesh
 

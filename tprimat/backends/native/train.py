@@ -31,7 +31,7 @@ def embeddings_tied(model: nn.Module):
 class NativeTrainer:
     def __init__(self, spec: TprimatConf, plan: Plan, device: torch.device, layout: Layout | None = None):
         self.spec, self.plan, self.device = spec, plan, device
-        self.layout = layout or make_layout(plan, device)
+        self.layout = layout or make_layout(plan, device, spec.parallelism.fsdp)
         tr = spec.training
         torch.manual_seed(tr.seed)
         with torch.device("meta"):  # no memory: each rank allocates only its shards once laid out
