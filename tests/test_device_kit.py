@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.gpu_frameworks import FRAMEWORKS
 from scripts.device_kit import wheels_for
 from tests.conftest import ROOT
 from tprimat.compose import compose
@@ -114,3 +115,45 @@ def test_megatron_lms_own_parser_accepts_every_default_matrix_command_line(kit_e
             assert check["dp"] == point["dp"], (point["point"], check["dp"], point["dp"])  # Megatron's own division
     assert any(c["error"] is None for c in checked)
 
+
+
+# megatron-core's GPTModel, built by Megatron-LM's own gpt_builder from the parsed command line on the meta device
+# (an 8B model's shapes without its memory), in a one-rank gloo group
+BUILD = """
+import json, os, sys, tempfile
+import torch, torch.distributed as dist
+os.environ.update(WORLD_SIZE="1", RANK="0", LOCAL_RANK="0")
+sys.argv = ["pretrain_gpt.py", *json.loads(sys.argv[1]), "--use-cpu-initialization"]
+from megatron.training.arguments import parse_args, validate_args
+from megatron.training.global_vars import set_global_variables
+args = parse_args()
+validate_args(args, {})
+set_global_variables(args)  # builds the null tokenizer: the padded vocabulary
+dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
+from megatron.core import parallel_state
+parallel_state.initialize_model_parallel()
+from gpt_builders import gpt_builder
+with torch.device("meta"):
+    model = gpt_builder(args, True, True)
+print(json.dumps({"params": sum(p.numel() for p in model.parameters()), "padded_vocab": args.padded_vocab_size}))
+"""
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen", "mistral"])
+def test_megatron_core_builds_each_model_with_the_specs_parameter_count(kit_env, tmp_path, model):
+    """Each default-matrix model at full size (B200, identical_config, unsharded: tp = pp = cp = 1) built by
+    megatron-core from the command line tprimat generates has exactly the plan's parameter count."""
+    _, site = kit_env
+    overrides = ["platform=nvidia", "platform.gpu=b200", f"model={model}", "methodology=identical_config",
+                 "parallelism.fsdp=false", "framework=megatron", "dry_run=true", "logging.wandb.mode=disabled",
+                 *FRAMEWORKS["megatron"][0]]  # the device's flags: local layers, no TE/apex fusions
+    result = execute(compose(overrides), tmp_path, overrides).result
+    argv = result["plan"]["backend_config"]["argv"]
+    script = next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py"))
+    proc = subprocess.run([sys.executable, "-c", BUILD, json.dumps(argv[script + 1:])], cwd=KIT / "megatron-lm",
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": f"{KIT / 'megatron-lm'}:{site}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    built = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert built["padded_vocab"] == result["spec"]["model"]["vocab_size"]
+    assert built["params"] == result["plan"]["params_total"], (model, built, result["plan"]["params_total"])
