@@ -4,7 +4,6 @@ back offline by ``tprimat ingest`` (Megatron-LM core_v0.16.1 and torchtitan 0.2.
 
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
