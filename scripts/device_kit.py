@@ -1,7 +1,7 @@
 """Build the device kit: what a lent GPU machine (CUDA and PyTorch, no network) lacks to train the external
 frameworks under tprimat, in one folder ignored by git (``.device_kit/`` by default, at most 60 MiB).
 
-    python scripts/device_kit.py --megatron-lm <Megatron-LM git directory>
+    python scripts/device_kit.py --megatron-lm <Megatron-LM git directory> --torchtitan <torchtitan git directory>
 
 It holds:
 
@@ -11,11 +11,13 @@ It holds:
 - ``megatron-lm/``: Megatron-LM's training entry (``pretrain_gpt.py``, the two modules it imports from the
   repository's top level, and ``megatron/training``) exported with ``git archive`` at the commit of the tag that
   released the pinned megatron-core, so the scripts and the library are one release;
-- ``MANIFEST.json``: every file with its size and sha256, the Megatron-LM commit, the Pythons, and what was left
-  out and why.
+- ``megatron-core/``: Megatron-LM's ``megatron/core/datasets/Makefile`` at the same tag (the wheel leaves it out);
+- ``torchtitan/``: torchtitan 0.2.2's Llama TOMLs and test tokenizer (tag v0.2.2) and a ``c4_test``-shaped corpus;
+- ``MANIFEST.json``: every file with its size and sha256, the commits, the Pythons, and what was left out and why.
 
-Install on the device (docs/frameworks.md): ``pip install --no-index --find-links .device_kit/wheels --no-deps
-.device_kit/wheels/*<python tag>*.whl ...`` and ``framework.path=.device_kit/megatron-lm``.
+Install on the device (docs/frameworks.md; ``bench/gpu_frameworks.py`` does it): ``pip install --no-index --no-deps
+--target .device_kit/installed <wheels_for(the device's Python and torch)>``, that folder first on PYTHONPATH,
+``framework.path=.device_kit/megatron-lm`` or ``.device_kit/torchtitan``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -191,12 +194,12 @@ def restore_datasets_makefile(kit: Path, python: str) -> str:
 
 
 def export_torchtitan_assets(repo: Path, dest: Path) -> str:
-    """torchtitan's test tokenizer (its own ``tests/assets/tokenizer``) at the mirror's head, and a text corpus in the
+    """torchtitan's test tokenizer (its own ``tests/assets/tokenizer``) at the TOMLs' tag, and a text corpus in the
     layout of its ``c4_test`` sample (JSON lines of ``{"text": ...}``), which torchtitan's loader reads from
     ``tests/assets/c4_test`` under the run's directory. The sample itself is too large for the fetched mirror, so the
     corpus is the kit's own Megatron-LM sources, one file a document: throughput does not depend on the text."""
-    commit = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", f"{TORCHTITAN_TOML['tag']}^{{commit}}"],
+                            check=True, capture_output=True, text=True).stdout.strip()
     for path in TORCHTITAN_TOML["paths"]:  # torchtitan 0.2's own model config, at its tag
         blob = subprocess.run(["git", "--git-dir", str(repo), "show", f"{TORCHTITAN_TOML['tag']}:{path}"], check=True,
                               capture_output=True).stdout
@@ -232,6 +235,8 @@ def manifest(out: Path, pythons: list[str], commit: str) -> dict:
 
 
 def build(out: Path, megatron_lm: Path, torchtitan: Path, pythons: list[str]) -> dict:
+    for part in ("wheels", "megatron-lm", "megatron-core", "torchtitan", "installed"):  # a rebuild starts clean
+        shutil.rmtree(out / part, ignore_errors=True)
     (out / "wheels").mkdir(parents=True, exist_ok=True)
     for python in pythons:
         download(python, out / "wheels")

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
+    for note in report.notes:
+        print(f"note: {note}")
     near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
     for group in groups if args.anchors else ():
         print_anchors(group, near[group.identity])

@@ -1,8 +1,9 @@
 """``tprimat gate RESULTS... --write-golden DIR`` stores golden values; ``tprimat gate RESULTS... --golden DIR
 [--time-tolerance 0.05] [--memory-tolerance 0.05] [--min-correlation 0.95]`` holds the results to them
-(``tprimat.compare.golden``). Exit 0: every check holds; 1: a regression, one line per failed check naming it
-(``throughput``, ``loss``, ``memory``) with its numbers; 2: bad input (golden values missing or unreadable, no
-results, a group without golden values), one line."""
+(``tprimat.compare.golden``). Exit 0: every check holds; 1: a regression or what the gate cannot vouch for, one
+line per failed check naming it (``throughput``, ``loss``, ``memory``, ``golden``: a workload with none,
+``missing``: a golden workload with no current result, ``skipped``: a result file compare could not read, with
+why); 2: bad input (golden values missing or unreadable, no results), one line."""
 
 from __future__ import annotations
 
@@ -31,11 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     report = load(args.paths)
-    if not report.results:
+    if not report.results and not report.skipped:
         print(f"tprimat gate: no results found under {' '.join(args.paths)}")
         return EXIT_BAD_INPUT
     groups = build_groups(report.results)
     if args.write_golden:
+        if report.skipped:  # golden values are only written from results that could all be read
+            for path, why in report.skipped:
+                print(f"FAILED skipped: {path}: {why}")
+            return EXIT_REGRESSION
         path = write_golden(groups, Path(args.write_golden))
         print(f"wrote golden values of {len(groups)} group(s) to {path}")
         return 0
@@ -45,9 +50,13 @@ def run(args: argparse.Namespace) -> int:
     except GoldenError as exc:
         print(f"tprimat gate: {exc}")
         return EXIT_BAD_INPUT
+    for path, why in report.skipped:
+        print(f"FAILED skipped: {path}: {why}")
+    for note in report.notes:
+        print(f"note: {note}")
     for verdict in verdicts:
         for check in verdict.checks:
             print(f"{'ok' if check.ok else 'FAILED'} {check.name}: {verdict.label}: {check.text}")
         for note in verdict.notes:
             print(f"note: {verdict.label}: {note}")
-    return 0 if all(v.ok for v in verdicts) else EXIT_REGRESSION
+    return 0 if all(v.ok for v in verdicts) and not report.skipped else EXIT_REGRESSION

@@ -15,6 +15,7 @@ its provenance. The statistics are in ``tprimat.compare.stats``; the checks that
 from __future__ import annotations
 
 import hashlib
+import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
@@ -22,7 +23,7 @@ from typing import Optional
 from tprimat.compare import flags as checks
 from tprimat.compare import stats
 from tprimat.compare.load import Loaded
-from tprimat.spec.build import spec_identity
+from tprimat.spec.build import IDENTITY_EXCLUDES, spec_identity
 from tprimat.spec.hardware import lookup
 
 
@@ -78,6 +79,7 @@ class Group:
     aggregate: str = "median"
     metrics: dict = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    distinction: str = ""  # what tells this group from neighbours that would print the same label (build_groups)
     repeats: list[Repeat] = field(default_factory=list)
 
     @property
@@ -153,7 +155,8 @@ class Group:
                 f"{layout_of(self.first)} | {self.numerics}")
         base = f"{base} | {self.optimisations}" if self.optimisations else base
         log = (self.first.get("source") or {}).get("file")
-        return f"{base} | {log}" if log and unstated(self.first) else base  # that log alone: name it
+        base = f"{base} | {log}" if log and unstated(self.first) else base  # that log alone: name it
+        return f"{base} | {self.distinction}" if self.distinction else base
 
     @property
     def logs(self) -> str:
@@ -210,10 +213,39 @@ def build_groups(loaded: list[Loaded], aggregate: str = "median", ceilings: Opti
     for item in loaded:
         ident = identity_of(item.result)
         by_identity.setdefault(ident, Group(ident, [], aggregate)).runs.append(item)
+    distinguish(list(by_identity.values()))
     groups = sorted(by_identity.values(), key=lambda g: g.label)
     for group in groups:
         derive(group, ceilings or {})
     return groups
+
+
+def flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def distinguish(groups: list[Group], shown: int = 4) -> None:
+    """Groups of different workloads that print one label get the spec keys whose values tell them apart
+    (``training.seq_length=128``), so that no table or line shows two workloads as one."""
+    by_label: dict[str, list[Group]] = {}
+    for group in groups:
+        by_label.setdefault(group.label, []).append(group)
+    for same in by_label.values():
+        if len(same) < 2:
+            continue
+        specs = [flat({k: v for k, v in (g.first.get("spec") or {}).items() if k not in IDENTITY_EXCLUDES})
+                 for g in same]
+        keys = sorted({k for spec in specs for k in spec if len({json.dumps(s.get(k), sort_keys=True)
+                                                                  for s in specs}) > 1})
+        for group, spec in zip(same, specs):
+            parts = [f"{k}={spec.get(k)}" for k in keys[:shown]] + ([f"+{len(keys) - shown} keys"] if len(keys) > shown else [])
+            group.distinction = ", ".join(parts) if keys else f"spec {group.identity}"
 
 
 def estimate(group: Group) -> tuple[Optional[float], stats.Interval]:

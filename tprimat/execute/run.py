@@ -7,6 +7,7 @@ Every outcome writes result.json: ``invalid`` (exit 2) for a spec that breaks a 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import traceback
 from dataclasses import dataclass, field
@@ -255,6 +256,8 @@ def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, fr
     status, error = ("failed", measured.error) if measured.error else ("ok", None)
     if status == "ok" and summary is None:
         status, error = "failed", "no measured step was recorded"
+    if status == "ok" and (diverged := _diverged(records)):
+        status, error = "failed", diverged  # the steps are kept: where it went is the evidence
     warnings = list(plan.warnings) + notes + _loss_warnings(records) + list(measured.outcome.audit_failures)
     for line in measured.outcome.audit_failures:
         log.warning(line)
@@ -269,8 +272,17 @@ def _measured_result(prepared: Prepared, measured: Measured, plan_dict: dict, fr
 
 
 def _loss_warnings(records: list[StepRecord]) -> list[str]:
-    nonfinite = [r.step for r in records if r.loss is None or r.loss != r.loss]
-    return [f"non-finite loss at steps {nonfinite[:10]}"] if nonfinite else []
+    missing = [r.step for r in records if r.loss is None]
+    return [f"no loss recorded at steps {missing[:10]}"] if missing else []
+
+
+def _diverged(records: list[StepRecord]) -> Optional[str]:
+    """The loss went non-finite (NaN or infinity): the run diverged, and a diverged run did not train."""
+    bad = [r for r in records if r.loss is not None and not math.isfinite(r.loss)]
+    if not bad:
+        return None
+    return (f"the loss diverged: {bad[0].loss} at step {bad[0].step} ({len(bad)} of {len(records)} steps "
+            f"non-finite; first at step {bad[0].step})")
 
 
 def _log_summary(spec: TprimatConf, summary: dict) -> None:

@@ -287,7 +287,7 @@ def check_step_data(spec: TprimatConf, capacity: Optional[float], source: str) -
 
 
 def check_memory(spec: TprimatConf, hw: DetectedHardware) -> list[str]:
-    if check_layout(spec) or check_batch(spec):
+    if check_ranges(spec) or check_layout(spec) or check_batch(spec):  # these divide by sizes the ranges check
         return []
     capacity, source = device_memory(spec, hw)
     too_big = check_step_data(spec, capacity, source)
