@@ -171,6 +171,9 @@ def test_a_deep_dry_run_puts_the_traced_memory_beside_the_estimate(tmp_path):
     assert measured["activations_gib"] > 0 and measured["activations_note"] is None
     assert plan["memory_measured_gib"] == pytest.approx(
         measured["states_gib"] + measured["activations_gib"] + measured["overhead_gib"])
+    # no pipeline: one micro batch in flight, so what the run holds is the trace as taken
+    assert measured["micro_batches_in_flight"] == 1
+    assert plan["memory_measured_one_micro_batch_gib"] == pytest.approx(plan["memory_measured_gib"])
     assert plan["memory_estimate_gib"] > 0  # the estimate stays beside it
 
 
@@ -246,3 +249,19 @@ def test_activations_extrapolated_in_depth_equal_the_whole_trace(recompute):
     assert proc.returncode == 0, proc.stderr[-2000:]
     whole, extrapolated = json.loads(proc.stdout.strip().splitlines()[-1])
     assert whole > 0 and extrapolated == pytest.approx(whole, rel=1e-3)
+
+
+def test_the_deep_check_counts_the_schedules_micro_batches_in_flight():
+    """Two pipeline stages' roles by hand (GiB): what the run holds is the heaviest stage's states, the largest
+    traced micro batch times the micro batches in flight (4 under 1F1B with pp=4), and the overhead; the trace
+    as taken stays beside it."""
+    from tprimat.backends.native.deep import measured_memory
+
+    roles = [{"rank": 0, "stage": 0, "params": 10, "weights_gib": 2.0, "grads_gib": 2.0, "optimizer_gib": 4.0,
+              "activations_gib": 3.0, "activations_note": None},
+             {"rank": 8, "stage": 1, "params": 9, "weights_gib": 1.5, "grads_gib": 1.5, "optimizer_gib": 3.0,
+              "activations_gib": 2.5, "activations_note": None}]
+    made = measured_memory(roles, overhead_gib=1.0, in_flight=4)
+    assert made["memory_measured_gib"] == pytest.approx(8.0 + 3.0 * 4 + 1.0)  # 21.0
+    assert made["memory_measured_one_micro_batch_gib"] == pytest.approx(8.0 + 3.0 + 1.0)  # 12.0
+    assert made["memory_measured"]["micro_batches_in_flight"] == 4

@@ -283,3 +283,40 @@ def test_plan_and_project_refuse_a_bad_override_in_one_line(override, said):
         with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as code:
             main([*command, override])
         assert code.value.code == 2 and out.getvalue().strip().startswith(said), out.getvalue()
+
+
+@pytest.mark.parametrize("override", ["training.micro_batch_size=0", "model.num_attention_heads=0", "parallelism.tp=0",
+                                      "parallelism.pp=0", "platform.devices_per_node=0", "platform.nodes=0"])
+def test_a_zero_size_is_refused_by_key_in_plans_and_runs_alike(override):
+    """The preparation every path shares (run, dry run, plan, sweep) refuses a zero size by its key and rule, with
+    the nearest-fit search asked for, which once divided by it (ZeroDivisionError in tprimat plan and launch.py)."""
+    from tprimat.execute.prepare import prepare
+
+    hw = detect()
+    spec = build_spec(compose([override]), hw)
+    for dry_run in (True, False):
+        prepared = prepare(spec, hw, dry_run=dry_run, suggest=True)
+        assert prepared.plan is None and f"{override}: must be >= 1" in prepared.problems, prepared.problems
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["framework.flavour=nemo3"], "framework.flavour=nemo3: must be one of"),
+    (["framework=torchtitan", "framework.flavour=nemo2"], "framework.flavour=nemo2: must be one of registry, toml"),
+    (["model.name="], "model.name='': must name the model"),
+])
+def test_a_choice_no_framework_reads_is_refused(overrides, expected):
+    assert any(expected in line for line in problems_for(overrides)), problems_for(overrides)
+
+
+def test_a_plan_is_for_the_target_where_a_framework_is_installed_is_checked_at_launch(tmp_path, monkeypatch):
+    """A dry run of a Megatron point (what tprimat plan prepares) needs no Megatron-LM checkout on this machine
+    (``check_install``, at launch only); a spec rule of the backend (Megatron on a CPU) is refused by the dry run
+    as by a launch."""
+    from tprimat.execute.run import execute
+
+    monkeypatch.delenv("MEGATRON_LM_PATH", raising=False)
+    point = ["platform=nvidia", "platform.gpu=h100", "model=llama", "framework=megatron", "logging.wandb.mode=disabled"]
+    dry = execute(compose([*point, "dry_run=true"]), tmp_path / "dry", [])
+    assert dry.result["status"] == "dry_run", dry.result.get("error")
+    cpu = execute(compose(["platform=cpu", "framework=megatron", "dry_run=true"]), tmp_path / "cpu", [])
+    assert cpu.result["status"] == "invalid" and "trains on NVIDIA or AMD GPUs" in cpu.result["error"]

@@ -44,6 +44,10 @@ class ClaimDirectory(Callback):
         env = rank_env()
         if env is not None and env.rank != 0:  # torchrun / srun: rank 0 holds the claim for the run
             return
+        if not str(directory).strip():  # Hydra would write into the working directory itself
+            print(f"invalid: {key}='': must name a directory for the run's files (the default is outputs/...)",
+                  file=sys.stderr)
+            sys.exit(EXIT_INVALID)
         try:
             CLAIMS.append(claim(Path(str(directory)), overwrite))
         except DirectoryClaimed as exc:
@@ -66,7 +70,9 @@ def task(cfg: DictConfig) -> int:
             raise ValueError(unknown_preset(preset))
         plain = to_plain(cfg)
     except OmegaConfBaseException as exc:  # ${missing.key}, ${oc.env:UNSET}, a resolved value of the wrong type
-        outcome = refuse_config(f"cannot resolve the config: {one_line(exc)}", run_dir, overrides)
+        key = getattr(exc, "full_key", None)
+        where = f"{key}: " if key else ""
+        outcome = refuse_config(f"cannot resolve the config: {where}{one_line(exc)}", run_dir, overrides)
     except ValueError as exc:  # an unknown preset: Hydra's optional default would skip it silently
         outcome = refuse_config(str(exc), run_dir, overrides)
     else:

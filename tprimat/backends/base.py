@@ -43,7 +43,13 @@ class Backend(ABC):
 
     @abstractmethod
     def check(self, spec: TprimatConf, plan: Plan) -> list[str]:
-        """What this backend cannot run of a valid spec, one line per problem naming the key."""
+        """What this backend cannot run of a valid spec, one line per problem naming the key: rules of the spec
+        alone, so a plan, a dry run and a launch refuse alike wherever they run."""
+
+    def check_install(self, spec: TprimatConf, plan: Plan) -> list[str]:
+        """What this machine lacks to launch the spec (a framework checkout, a profiler on PATH, an optional
+        package): checked at launch only, never in a plan or a dry run, which are for the target machine."""
+        return []
 
     def generated_config(self, spec: TprimatConf, plan: Plan) -> Optional[dict]:
         """The framework config or command tprimat generates for the spec (``plan.backend_config``), or None."""

@@ -67,10 +67,13 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
                  **_generated(backend.generated_config(spec, prepared.plan))}
     for warning in prepared.plan.warnings:
         log.warning(warning)
+    if prepared.backend_problems:  # the spec's own rules: a dry run refuses what a launch refuses
+        return _invalid(prepared.backend_problems, run_dir, common, spec_dict, plan_dict, framework)
     if spec.dry_run:
         return _dry_run(prepared, plan_dict, framework, run_dir, common)
-    if prepared.backend_problems:
-        return _invalid(prepared.backend_problems, run_dir, common, spec_dict, plan_dict, framework)
+    missing = backend.check_install(spec, prepared.plan)  # this machine's installation: at launch only
+    if missing:
+        return _invalid(missing, run_dir, common, spec_dict, plan_dict, framework)
     return _train(prepared, plan_dict, framework, run_dir, common)
 
 
@@ -117,10 +120,15 @@ def _deep(prepared: Prepared, plan_dict: dict) -> Optional[str]:
     roles, error = deep_check(spec_to_dict(spec), plan.pp, plan.dp, plan.tp)
     if error:
         return f"dry_run=deep: {error}"
-    plan_dict.update(measured_memory(roles, plan.memory.overhead_gib))
+    from tprimat.spec.memory import in_flight_micro_batches
+
+    in_flight = in_flight_micro_batches(spec, plan.grad_accum_steps)
+    plan_dict.update(measured_memory(roles, plan.memory.overhead_gib, in_flight))
     measured, note = plan_dict["memory_measured_gib"], plan_dict["memory_measured"]["activations_note"]
-    log.info("memory per device: estimated %.2f GiB, measured %s", plan.memory.total_gib,
-             f"{measured:.2f} GiB" if measured is not None else f"n/a ({note})")
+    one = plan_dict["memory_measured_one_micro_batch_gib"]
+    log.info("memory per device: estimated %.2f GiB, traced %s (one micro batch traced%s)", plan.memory.total_gib,
+             f"{measured:.2f} GiB" if measured is not None else f"n/a ({note})",
+             f": {one:.2f} GiB, x{in_flight:g} micro batches in flight" if one is not None and in_flight != 1 else "")
     return None
 
 

@@ -37,6 +37,8 @@ CHOICES = {
     "benchmark.projection": ("roofline", "measured-slice"),
 }
 DRY_RUN = (False, True, "deep")  # deep: also build the native layout in a fake world and trace its memory
+# the frameworks whose configuration surface changed between releases: which one a run targets
+FLAVOURS = {"nemo": ("nemo2", "bridge"), "torchtitan": ("registry", "toml")}
 POSITIVE = (
     "platform.devices_per_node", "platform.nodes", "parallelism.tp", "parallelism.pp", "parallelism.cp",
     "parallelism.dp", "parallelism.vp", "training.global_batch_size", "training.micro_batch_size", "training.seq_length",
@@ -70,8 +72,9 @@ def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> 
 
 
 def check_wandb(spec: TprimatConf, dry_run: bool) -> list[str]:
-    """W&B online needs credentials before anything trains (else the W&B client's traceback, and no result)."""
-    if dry_run or spec.logging.wandb.mode != "online" or wandb_credentials():
+    """W&B online needs credentials before anything trains (else the W&B client's traceback, and no result); a dry
+    run refuses what the launch would."""
+    if spec.logging.wandb.mode != "online" or wandb_credentials():
         return []
     return ["logging.wandb.mode=online: no W&B credentials (set WANDB_API_KEY or run `wandb login`); "
             "logging.wandb.mode=offline records the run locally for `wandb sync` later"]
@@ -131,6 +134,12 @@ def check_choices(spec: TprimatConf) -> list[str]:
     if ac_period(spec.training.ac_frequency) is None:
         problems.append(f"training.ac_frequency={spec.training.ac_frequency}: must be an integer k >= 1 or \"1/k\" "
                         "(every k-th layer recomputed under activation_checkpointing=selective)")
+    if not str(spec.model.name).strip():
+        problems.append("model.name='': must name the model (a conf/model entry, or your own name for its shape)")
+    flavours = FLAVOURS.get(spec.framework.name, sorted({f for fs in FLAVOURS.values() for f in fs}))
+    if spec.framework.flavour not in flavours:
+        problems.append(f"framework.flavour={spec.framework.flavour}: must be one of {', '.join(flavours)}"
+                        + ("" if spec.framework.name in FLAVOURS else " (only nemo and torchtitan read it)"))
     framework = problem_with(spec.framework.name)
     return problems + ([framework] if framework else [])
 

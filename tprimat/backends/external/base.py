@@ -58,6 +58,7 @@ class ExternalBackend(Backend):
     launches_own_ranks = True  # torchrun / run_pretrain.sh / NeMo-Run start the ranks, not tprimat
     log_format = "megatron"  # ingestion parser for what the framework prints
     path_env = ""  # environment variable naming the framework checkout
+    needs_checkout = True  # a launch needs framework.path (or path_env) to exist on this machine
 
     def framework_path(self, spec: TprimatConf) -> Optional[Path]:
         raw = spec.framework.path or os.environ.get(self.path_env)
@@ -80,8 +81,13 @@ class ExternalBackend(Backend):
         if spec.profile.enabled and spec.profile.tool == "torch":
             return [f"profile.tool=torch, framework.name={self.name}: the PyTorch profiler runs inside tprimat's own "
                     "loop; profile an external framework with profile.tool=nsys or rocprof"]
+        return []
+
+    def check_install(self, spec: TprimatConf, plan: Plan) -> list[str]:
         if spec.profile.enabled and shutil.which(spec.profile.tool) is None:
             return [f"profile.tool={spec.profile.tool}: {spec.profile.tool} is not installed (not on PATH)"]
+        if not self.needs_checkout:  # runs with the framework's own interpreter (framework.python)
+            return []
         path = self.framework_path(spec)
         if path is None:
             return [f"framework.path: where is {self.name}? set framework.path=... or {self.path_env}"]

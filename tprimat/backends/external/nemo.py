@@ -174,6 +174,7 @@ def bridge_script(spec: TprimatConf) -> str:
 class NemoBackend(ExternalBackend):
     name = "nemo"
     path_env = "NEMO_PATH"
+    needs_checkout = False  # runs with NeMo's own interpreter (framework.python)
 
     @property
     def log_format(self) -> str:  # noqa: D401 - set per run in launch()

@@ -67,7 +67,12 @@ class NativeBackend(Backend):
             problems.append(f"training.fp8.recipe={spec.training.fp8.recipe}: framework=native trains fp8 through torchao "
                             f"(recipes tensorwise, rowwise); Transformer Engine's recipes (transformer_engine: {te}) "
                             "are not wired into it")
-        elif spec.training.precision == "fp8" and importlib.util.find_spec("torchao") is None:
+        return problems
+
+    def check_install(self, spec: TprimatConf, plan: Plan) -> list[str]:
+        problems = []
+        if spec.training.precision == "fp8" and spec.training.fp8.recipe not in TE_RECIPES and \
+                importlib.util.find_spec("torchao") is None:
             problems.append("training.precision=fp8: framework=native trains fp8 through torchao float8, which is "
                             "not installed (pip install torchao)")
         return problems

@@ -160,16 +160,23 @@ def build_role(spec_dict: dict, rank: int, activations: bool, timeout_s: float) 
     return json.loads(proc.stdout.strip().splitlines()[-1]), None
 
 
-def measured_memory(roles: list[dict], overhead_gib: float) -> dict:
+def measured_memory(roles: list[dict], overhead_gib: float, in_flight: float = 1) -> dict:
     """The deep check's roles as the plan's measured memory: the heaviest stage's model states and the largest
-    traced activation peak (per device, GiB), the runtime overhead the estimate assumes, and each stage's own."""
+    traced activation peak (per device, GiB), the runtime overhead the estimate assumes, and each stage's own.
+    The trace covers one micro batch; what the run will hold counts the schedule's micro batches in flight
+    (``in_flight``: pp under 1F1B on the first stage, ``tprimat.spec.memory.in_flight_micro_batches``), each with
+    the traced peak: an upper bound, since the peak's transient part is held once. The one-micro-batch figure
+    stays as its own field (``memory_measured_one_micro_batch_gib``)."""
     states = max(r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"] for r in roles)
     heaviest = max(roles, key=lambda r: r["weights_gib"] + r["grads_gib"] + r["optimizer_gib"])
     traced = [r["activations_gib"] for r in roles if r["activations_gib"] is not None]
     activations = max(traced) if traced else None
     notes = sorted({r["activations_note"] for r in roles if r.get("activations_note")})
-    return {"memory_measured_gib": states + activations + overhead_gib if activations is not None else None,
-            "memory_measured": {"weights_gib": heaviest["weights_gib"], "grads_gib": heaviest["grads_gib"],
+    one = states + activations + overhead_gib if activations is not None else None
+    held = states + activations * in_flight + overhead_gib if activations is not None else None
+    return {"memory_measured_gib": held, "memory_measured_one_micro_batch_gib": one,
+            "memory_measured": {"micro_batches_in_flight": in_flight,
+                                "weights_gib": heaviest["weights_gib"], "grads_gib": heaviest["grads_gib"],
                                 "optimizer_gib": heaviest["optimizer_gib"], "states_gib": states,
                                 "activations_gib": activations, "overhead_gib": overhead_gib,
                                 "activations_note": "; ".join(notes) or None,
@@ -177,7 +184,7 @@ def measured_memory(roles: list[dict], overhead_gib: float) -> dict:
                                                               "activations_gib")} for r in roles],
                                 "method": "native layout built full size over torch's fake process group on the "
                                           "meta device; activations of one micro batch traced by MemTracker over "
-                                          "fake tensors"}}
+                                          "fake tensors, times the schedule's micro batches in flight"}}
 
 
 if __name__ == "__main__":
