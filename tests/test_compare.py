@@ -5,6 +5,7 @@ recomputed by the same metrics code as live runs) and says what it stands for.
 """
 
 import copy
+import itertools
 import json
 import subprocess
 import sys
@@ -36,9 +37,14 @@ def real(tmp_path_factory):
     return root, a, b, c
 
 
+DERIVED = itertools.count()
+
+
 def derived(result, *, time_scale=1.0, platform=None, gpu=None, world_size=None, model=None, edit=None):
-    """A copy of a real result standing for another setup: step times scaled, summary recomputed."""
+    """A copy of a real result standing for another setup (another run: its own run_id): step times scaled, summary
+    recomputed."""
     r = copy.deepcopy(result)
+    r["run_id"] = f"{result['run_id']}-derived-{next(DERIVED)}"
     if platform:
         r["spec"]["platform"].update(name=platform, gpu=gpu)
     if world_size:

@@ -71,11 +71,12 @@ def test_dry_run_plan_section(tmp_path):
     assert out.result["steps"] == [] and out.result["summary"] is None
 
 
-def test_dry_run_reports_what_the_backend_cannot_run_without_failing(tmp_path):
+def test_a_dry_run_refuses_what_the_backend_cannot_run_as_a_launch_does(tmp_path):
     out = run_inprocess(tmp_path, ["platform=nvidia", "platform.gpu=h100", "model=llama", "parallelism.cp=2",
                                    "dry_run=true"])
-    assert out.status == "dry_run"
-    assert any("parallelism.cp=2" in p and "context parallelism" in p for p in out.result["plan"]["backend_problems"])
+    assert out.status == "invalid"
+    assert "parallelism.cp=2" in out.result["error"] and "context parallelism" in out.result["error"]
+    assert any("context parallelism" in p for p in out.result["plan"]["backend_problems"])  # the plan is kept
     real = run_inprocess(tmp_path / "real", ["platform=cpu", "platform.devices_per_node=2", "parallelism.cp=2"])
     assert real.status == "invalid" and "context parallelism" in real.result["error"]
 

@@ -56,12 +56,20 @@ def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory
     (root / "good").mkdir()
     (root / "bad").mkdir()
     (root / "good" / "result.json").write_text(json.dumps(real))
-    (root / "bad" / "result.json").write_text(json.dumps(FUZZ.mutated(real, path, value)))
+    (root / "bad" / "result.json").write_text(json.dumps(another_run(FUZZ.mutated(real, path, value), real)))
     code = run(compare_args([root], root / "report"))
     assert code in (0, 1, 2, 3)
     loaded = load([str(root)])
     assert any(item.path.parent.name == "good" for item in loaded.results)
     validate_result(json.loads((root / "bad" / "result.json").read_text()))  # check's own path: no exception
+
+
+def another_run(mutated, real):
+    """A mutated copy stands for another run: were it left with the original's run_id, compare would read the run
+    once (the first file found) and the untouched result could be the one set aside as the copy."""
+    if isinstance(mutated, dict) and mutated.get("run_id") == real.get("run_id"):
+        return {**mutated, "run_id": f"{real['run_id']}-mutated"}
+    return mutated
 
 
 @pytest.mark.parametrize("edit,reason", [
@@ -74,6 +82,7 @@ def test_the_issue_s_foreign_results_are_skipped_with_their_reason(real, tmp_pat
     with the reason, beside an untouched result that is still compared."""
     bad = copy.deepcopy(real)
     edit(bad)
+    bad = another_run(bad, real)
     for name, result in (("good", real), ("bad", bad)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "result.json").write_text(json.dumps(result))

@@ -190,7 +190,7 @@ def test_an_unresolvable_interpolation_is_invalid_with_one_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stdout + proc.stderr
     result = read_result(tmp_path / "result.json")
     assert result["status"] == "invalid" and result["error"] == (
-        "cannot resolve the config: InterpolationKeyError: Interpolation key 'foo.bar' not found")
+        "cannot resolve the config: training.optimizer.lr: InterpolationKeyError: Interpolation key 'foo.bar' not found")
 
 
 @pytest.mark.slow
