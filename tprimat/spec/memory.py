@@ -207,17 +207,19 @@ def recomputed_layers(spec: TprimatConf, layers: float) -> float:
 def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
     tp, vocab = spec.parallelism.tp, padded_vocab(spec.model)
     shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
-    if spec.framework.name == "torchtitan" and spec.training.compile:  # its compiled loss: the logits, their fp32
-        # gradient and its bf16 cast
-        return tokens * vocab * (half + 6) / shard
+    # above the logits: 12 bytes eager (the fp32 upcast, its softmax, its gradient), 2 for torchtitan's compiled
+    # loss (the fused kernel keeps the logits' bf16 gradient only): both traced by bench/loss_memory.py (12.00 and
+    # 2.02 bytes per logit element, 2026-11-27, inductor on this CPU; docs/benchmarks.md)
+    if spec.framework.name == "torchtitan" and spec.training.compile:
+        return tokens * vocab * (half + 2) / shard
     return tokens * vocab * (half + 12) / shard
 
 
 def autocasts(spec: TprimatConf) -> bool:
-    """Whether the framework runs bf16 autocast over fp32 weights (the native backend without FSDP2)."""
-    par, plat = spec.parallelism, spec.platform
-    fsdp2 = par.fsdp and plat.devices_per_node * plat.nodes > 1
-    return spec.framework.name in AUTOCAST_FRAMEWORKS and spec.training.precision != "fp32" and not fsdp2
+    """Whether the framework runs bf16 autocast over fp32 weights (the native backend without FSDP2; FSDP2 casts
+    through its mixed-precision policy, on one process too since 2026-11-26)."""
+    return (spec.framework.name in AUTOCAST_FRAMEWORKS and spec.training.precision != "fp32"
+            and not spec.parallelism.fsdp)
 
 
 def autocast_cache_bytes(spec: TprimatConf) -> float:
