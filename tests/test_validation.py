@@ -320,3 +320,12 @@ def test_a_plan_is_for_the_target_where_a_framework_is_installed_is_checked_at_l
     assert dry.result["status"] == "dry_run", dry.result.get("error")
     cpu = execute(compose(["platform=cpu", "framework=megatron", "dry_run=true"]), tmp_path / "cpu", [])
     assert cpu.result["status"] == "invalid" and "trains on NVIDIA or AMD GPUs" in cpu.result["error"]
+
+
+def test_a_number_for_a_switch_is_refused_naming_the_key():
+    """OmegaConf reads any number as a bool (training.compile=2 -> true): refused before composing, by key."""
+    from tprimat.compose import OverrideError, check_overrides
+
+    with pytest.raises(OverrideError, match=r"training.compile=2: must be true or false"):
+        check_overrides(["training.compile=2"])
+    check_overrides(["training.compile=true", "parallelism.fsdp=false", "training.seq_length=2"])  # accepted

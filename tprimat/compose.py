@@ -53,10 +53,33 @@ def check_overrides(overrides: list[str], presets_too: bool = True) -> None:
         if eq and value.count("${") > value.count("}"):
             raise OverrideError(f"{key}={value[:80]}: an interpolation ${{...}} is not closed (a }} is missing); "
                                 "quote the value if the text is meant literally")
+        if eq and bool_key(key.lstrip("+~")) and value.strip().lower() not in BOOL_WORDS and "${" not in value \
+                and "," not in value:
+            raise OverrideError(f"{key}={value[:80]}: must be true or false (a number is not read as a switch)")
         if eq and presets_too and key.lstrip("+") == "experiment":
             for name in value.split(","):
                 if name and name not in presets():
                     raise OverrideError(unknown_preset(name))
+
+
+BOOL_WORDS = ("true", "false", "null")
+
+
+def bool_key(key: str) -> bool:
+    """Whether ``key`` (dotted) is a bool field of the schema (``training.compile``): OmegaConf reads any number as
+    a bool there (2 -> true), which no user means."""
+    import dataclasses
+    import typing
+
+    node: object = TprimatConf
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node):
+            return False
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            return False
+        node = hints[part]
+    return node is bool
 
 
 def register_configs() -> None:
