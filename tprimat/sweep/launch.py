@@ -118,12 +118,14 @@ def record_job_failure(point, job, exc: Exception) -> str:
 
 
 ENDED_BY_SCHEDULER = ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE")
+NOT_YET_FINAL = ("RUNNING", "COMPLETING", "PENDING")  # and, from Slurm, UNKNOWN: sacct not readable yet
 
 
 def record_scheduler_end(point, job, settle_s: float = 30.0) -> None:
     """A job that caught the scheduler's SIGTERM wrote its own failed result and returned: say what the
     scheduler did (cancelled, out of time, preempted) in that result too. The scheduler's final state can
-    lag the job's return by a few seconds (still RUNNING while it completes): it is polled for that long."""
+    lag the job's return by a few seconds (still RUNNING while it completes, or not yet readable: UNKNOWN on a
+    loaded machine): it is polled until it is final, for that long at most."""
     existing = point.run_dir / RESULT_FILE
     try:
         own = read_result(existing)
@@ -132,7 +134,12 @@ def record_scheduler_end(point, job, settle_s: float = 30.0) -> None:
     if own.get("status") == "ok":
         return
     deadline, state = time.monotonic() + settle_s, _state(job)
-    while state.startswith(("RUNNING", "COMPLETING")) and time.monotonic() < deadline:
+    slurm = "slurm" in type(job).__module__
+
+    def settling(state: str) -> bool:
+        return state.startswith(NOT_YET_FINAL) or (slurm and state.startswith("UNKNOWN"))
+
+    while settling(state) and time.monotonic() < deadline:
         time.sleep(1)
         state = _state(job)
     if state.startswith(ENDED_BY_SCHEDULER):
