@@ -24,7 +24,7 @@ from itertools import combinations
 from typing import Optional
 
 from tprimat.compare import stats
-from tprimat.compare.groups import Group
+from tprimat.compare.groups import Group, flat
 
 SAME_UNDER_IDENTICAL = ("model", "training", "parallelism")
 AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology", "compile", "recompute")
@@ -92,18 +92,9 @@ class Speedup:
                 "notes": self.notes}
 
 
-def flatten(data, prefix=""):
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
 def settings_differences(a: Group, b: Group) -> list[str]:
-    fa = flatten({k: a.spec[k] for k in SAME_UNDER_IDENTICAL})
-    fb = flatten({k: b.spec[k] for k in SAME_UNDER_IDENTICAL})
+    fa = flat({k: a.spec[k] for k in SAME_UNDER_IDENTICAL})
+    fb = flat({k: b.spec[k] for k in SAME_UNDER_IDENTICAL})
     return [f"{k} ({fa.get(k)} vs {fb.get(k)})" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
 
 
@@ -140,7 +131,7 @@ def refusal(a: Group, b: Group) -> Optional[Refusal]:
                                 + (" ..." if len(diffs) > 6 else ""))
     workload = workload_differences(a, b)
     if workload:
-        fa, fb = (flatten({k: g.spec["training"].get(k) for k in WORKLOAD}) for g in (a, b))
+        fa, fb = (flat({k: g.spec["training"].get(k) for k in WORKLOAD}) for g in (a, b))
         return "workload", ("the groups also differ in " + ", ".join(f"training.{k} ({fa[k]} vs {fb[k]})"
                                                                      for k in workload)
                             + ": the ratio would measure that too")
@@ -199,8 +190,8 @@ def compare_pair(kind: str, a: Group, b: Group) -> Speedup:
 
 def workload_differences(a: Group, b: Group) -> list[str]:
     """The ``WORKLOAD`` training keys (``optimizer.lr`` style for nested ones) that both groups state, differently."""
-    fa = flatten({k: a.spec["training"].get(k) for k in WORKLOAD})
-    fb = flatten({k: b.spec["training"].get(k) for k in WORKLOAD})
+    fa = flat({k: a.spec["training"].get(k) for k in WORKLOAD})
+    fb = flat({k: b.spec["training"].get(k) for k in WORKLOAD})
     return [k for k in fa if fa[k] is not None and fb.get(k) is not None and fa[k] != fb[k]]
 
 
