@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from tprimat.compose import compose, hydra_compose
 from tprimat.execute.run import execute
@@ -39,12 +43,32 @@ def run_launch(tmp_path: Path, *overrides: str, env=None, timeout=300) -> subpro
                           cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
+def once_per_run(tmp_path_factory, name: str, make):
+    """A session fixture's value made once for the whole test run. Under pytest-xdist each worker is a session
+    of its own, so the first worker to ask makes it in the run's shared temporary folder, under a file lock, and
+    the others read it back (pytest-xdist's recipe); ``make(folder)`` returns JSON."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent
+    with FileLock(str(shared / f"{name}.lock")):
+        made = shared / f"{name}.json"
+        if not made.exists():
+            (shared / name).mkdir()
+            made.write_text(json.dumps(make(shared / name)))
+        return json.loads(made.read_text())
+
+
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory):
     """The README's main job (defaults: llama_tiny, native, W&B offline), run once for several tests."""
-    run_dir = tmp_path_factory.mktemp("default_run")
-    proc = run_launch(run_dir, env={"WANDB_API_KEY": "sk-test-secret-0123456789", "HF_TOKEN": "hf_test_secret_987"})
-    return run_dir, proc
+    def make(run_dir):
+        proc = run_launch(run_dir, env={"WANDB_API_KEY": "sk-test-secret-0123456789", "HF_TOKEN": "hf_test_secret_987"})
+        return {"dir": str(run_dir), "args": proc.args, "returncode": proc.returncode, "stdout": proc.stdout,
+                "stderr": proc.stderr}
+
+    made = once_per_run(tmp_path_factory, "default_run", make)
+    return Path(made["dir"]), subprocess.CompletedProcess(made["args"], made["returncode"], made["stdout"],
+                                                          made["stderr"])
 
 
 @pytest.fixture(scope="session")
@@ -52,15 +76,35 @@ def compiled_run(tmp_path_factory):
     """One cold torch.compile run of llama_tiny (whatever earlier runs left in inductor's on-disk caches), in
     reduce-overhead mode, which asks for CUDA graphs: read by the tests of the compile path (its cost stays in
     the warm-up; on a CPU inductor compiles the blocks without graphs). Compiling costs tens of seconds: once."""
-    import torch._inductor.config as inductor
+    def make(folder):
+        import torch._inductor.config as inductor
 
-    with inductor.patch(force_disable_caches=True):
-        out = run_inprocess(tmp_path_factory.mktemp("compiled"), [
-            "training.compile=true", "training.compile_mode=reduce-overhead", "training.max_steps=4",
-            "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
-            "benchmark.telemetry=false"])
-    assert out.status == "ok", out.result["error"]
-    return out.result
+        with inductor.patch(force_disable_caches=True):
+            out = run_inprocess(folder, [
+                "training.compile=true", "training.compile_mode=reduce-overhead", "training.max_steps=4",
+                "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
+                "benchmark.telemetry=false"])
+        assert out.status == "ok", out.result["error"]
+        return out.result
+
+    return once_per_run(tmp_path_factory, "compiled", make)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Two pytest-xdist workers share the cores (README's command). A test marked ``exclusive`` (a time budget, a
+    real slowdown, a scheduler's timeouts) runs with no other test beside it: every test holds one lock file for
+    its setup, call and teardown, shared, and an exclusive test holds it alone."""
+    uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if uid is None:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / f"tprimat-tests-{uid}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("exclusive") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,7 +17,7 @@ import torch
 
 from tests.conftest import ROOT, run_inprocess
 
-pytestmark = pytest.mark.slow  # seven real training runs
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # seven real training runs; the half-core slowdown needs the cores
 
 RUN = ["training.max_steps=8", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled", "platform=cpu",
        "training.precision=fp32", "training.seq_length=128"]

@@ -35,6 +35,7 @@ def plain_pass(text: str) -> float:
 
 
 @pytest.mark.slow  # a time budget per megabyte line: the full run
+@pytest.mark.exclusive  # timed against a plain pass: nothing else on the cores
 @pytest.mark.parametrize("fmt", list(PARSERS))
 def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
     for name, line in SHAPES.items():

@@ -13,7 +13,7 @@ from tests.slurm_cluster import Cluster, install, wait_for
 from tprimat.results.result import read_result
 from tprimat.results.steplog import read_steps
 
-pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # multi-process runs, Slurm; the scheduler's waits are timed
 
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
