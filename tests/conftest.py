@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 
 # Fast settings for tests that train: few steps, no W&B unless a test asks for it.
-QUICK = ["training.max_steps=4", "benchmark.warmup_steps=1", "logging.wandb.mode=disabled"]
+QUICK = ["training.max_steps=4", "benchmark.warmup_steps=1", "logging.wandb.mode=disabled", "training.seq_length=64"]
 
 
 def compose_config(overrides=()):

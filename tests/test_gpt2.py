@@ -86,7 +86,7 @@ def test_the_native_gpt2_computes_what_hugging_faces_computes():
 
 
 def test_gpt2_tiny_trains_and_its_plan_states_the_padded_vocabulary(tmp_path):
-    out = run_inprocess(tmp_path, ["model=gpt2_tiny", *QUICK, "training.max_steps=8"])
+    out = run_inprocess(tmp_path, ["model=gpt2_tiny", *QUICK, "training.max_steps=8", "training.seq_length=256"])
     assert out.status == "ok", out.result["error"]
     plan, steps = out.result["plan"], out.result["steps"]
     assert plan["vocab_size_padded"] == 2048 and out.result["spec"]["model"]["vocab_size"] == 2000

@@ -4,6 +4,7 @@ in fixed marks (bars hatched, curves marked), the same as report.html's (``tprim
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from tprimat.compare.groups import Group
 
@@ -27,7 +28,12 @@ def _short(group: Group) -> str:
     return f"{group.framework}\n{group.device} x{group.world_size}\n{group.model} {group.numerics}{extra}"
 
 
-def _bar(groups: list[Group], values, ylabel: str, title: str, path: Path, errors=None, estimate=None) -> Path:
+def _bar(groups: list[Group], values, ylabel: str, title: str, path: Path, errors=None,
+         estimate=None) -> Optional[Path]:
+    """A bar per group; None (not drawn) where no group has a value: a chart of "n/a" bars says nothing (report.html
+    leaves such a chart out too)."""
+    if all(v is None for v in values):
+        return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4.5))
     xs = range(len(groups))
@@ -131,6 +137,6 @@ def all_plots(groups: list[Group], out: Path) -> list[Path]:
             print(f"compare: the {name} plot was not drawn: {type(exc).__name__}: {str(exc)[:200]}")
             _pyplot().close("all")
             continue
-        if path is not None:
+        if path is not None:  # None: nothing to draw (no group has the figure)
             drawn.append(path)
     return drawn
