@@ -92,8 +92,8 @@ def compiled_run(tmp_path_factory):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Two pytest-xdist workers share the cores (README's command). A test marked ``exclusive`` (a time budget, a
-    real slowdown, a scheduler's timeouts) runs with no other test beside it: every test holds one lock file for
+    """Two pytest-xdist workers share the cores (pyproject's addopts). A test marked ``exclusive`` (a time budget, a
+    real slowdown on half the cores) runs with no other test beside it: every test holds one lock file for
     its setup, call and teardown, shared, and an exclusive test holds it alone."""
     uid = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if uid is None:

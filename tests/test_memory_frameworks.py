@@ -60,6 +60,27 @@ def test_megatron_keeps_what_its_own_accounting_says_for_primus_llama_8b():
     assert est.activations_gib * GIB == pytest.approx(tokens * 32 * 34 * 4096 + tokens * 4 * (4096 + 128256), rel=1e-9)
 
 
+def test_korthikantis_own_tally_for_its_own_22b_gpt_under_megatron():
+    """The paper's own model and tally, by hand, not the code's breakdown: Korthikanti et al. 2022 (arXiv
+    2205.05198), Section 4.1, a GPT layer stores 34sbh + 5as^2b bytes in 16-bit: attention 11sbh (QKV input 2, Q and
+    K 4, V 2, projection input 2, dropout mask 1) + 5as^2b, MLP 19sbh (input 2, GeLU input 8, FC2 input 8, dropout
+    mask 1), two LayerNorms' inputs 4sbh; selective recomputation drops the 5as^2b term and tensor with sequence
+    parallelism divides the rest by t (their equation 5: 34sbh/t). This model keeps no dropout masks (its dropout
+    is off): 34 - 2 = 32sbh/t per layer. Their 22B GPT (Table 3: 48 layers, hidden 6144, 64 heads, seq 2048, vocab
+    51,200, t = 8), micro batch 1, plus Megatron-LM's own loss term (theoretical_memory_usage.py: 4 B per token per
+    (hidden + vocab), sharded over t)."""
+    s, b, h, layers, t, vocab = 2048, 1, 6144, 48, 8, 51200
+    est = estimate_of(spec_of(
+        "platform=nvidia", "platform.gpu=h100", "framework=megatron", "model=gpt2", f"model.num_layers={layers}",
+        f"model.hidden_size={h}", f"model.ffn_hidden_size={4 * h}", "model.num_attention_heads=64",
+        "model.num_kv_heads=64", f"model.vocab_size={vocab}", f"model.max_position_embeddings={s}",
+        f"training.seq_length={s}", f"training.micro_batch_size={b}", "training.global_batch_size=8",
+        "platform.devices_per_node=8", f"parallelism.tp={t}", "parallelism.sequence_parallel=true",
+        "training.activation_checkpointing=selective", "parallelism.zero_stage=1"))
+    per_layer = (34 - 2) * s * b * h / t
+    assert est.activations_gib * GIB == pytest.approx(layers * per_layer + 4 * s * b * (h + vocab) / t, rel=1e-9)
+
+
 def test_megatron_bf16_gradients_and_fp8_weight_copies():
     """grad_reduce_in_fp32=false halves the gradient buffer (NVIDIA's performance recipes); under fp8 Transformer
     Engine keeps a 1-byte copy of every decoder-layer weight."""

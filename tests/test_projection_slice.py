@@ -61,6 +61,30 @@ def test_each_rounds_step_is_projected_from_that_rounds_runs_alone():
     assert [m["rounds_s"] for m in p["measurements"]] == [list(t) for t in rounds.values()]
 
 
+def test_step_times_that_are_not_bilinear_are_projected_off_by_what_the_surface_cannot_hold():
+    """Step times with a term the surface cannot hold: T(l, m) = 0.05 + 0.1 l m + 0.002 l m^2 (each micro batch a
+    little slower the more there are, as under memory pressure). The four slices, by hand: T(1,1) = 0.152,
+    T(1,2) = 0.258, T(2,1) = 0.254, T(2,2) = 0.466; their surface: per layer per micro batch 0.466 - 0.254 - 0.258 +
+    0.152 = 0.106, per layer 0.254 - 0.152 - 0.106 = -0.004, per micro batch 0.258 - 0.152 - 0.106 = 0, fixed 0.152 +
+    0.004 - 0.106 = 0.05. At 4 layers x 8 micro batches it projects 0.05 - 0.016 + 0.106 x 32 = 3.426 s where the
+    step takes 0.05 + 3.2 + 0.512 = 3.762 s, and ``verified`` says the projection is 3.762 / 3.426 - 1 = +9.8% fast
+    (the projected tokens/s too high by that)."""
+    from tprimat.execute.slice import verified
+
+    def step(layers, micro):
+        return 0.05 + 0.1 * layers * micro + 0.002 * layers * micro ** 2
+
+    spec, plan = spec_plan("platform=cpu", "training.global_batch_size=32", "training.micro_batch_size=4")
+    assert (spec.model.num_layers, plan.grad_accum_steps) == (4, 8)
+    fit = surface(runs_from(step))
+    assert (fit.fixed_s, fit.per_layer_s, fit.per_micro_s, fit.per_layer_micro_s) == pytest.approx(
+        (0.05, -0.004, 0.0, 0.106), abs=1e-12)
+    p = from_runs(spec, plan, runs_from(step), 1.0)
+    assert p["step_time_s"] == pytest.approx(3.426) and step(4, 8) == pytest.approx(3.762)
+    v = verified(spec, plan, SliceRun(4, 8, step(4, 8), (), (step(4, 8),)), p["step_time_s"])
+    assert v["error"] == pytest.approx(3.762 / 3.426 - 1)
+
+
 def test_a_1f1b_pipelines_bubble_is_read_off_the_slices():
     """A 2-stage 1F1B pipeline: a step is (m + pp - 1) stage micro-batch times plus the optimizer, a stage micro
     batch a * l + b (its layers, its share of head and hand-offs), the optimizer c * l + d. Slices measured at

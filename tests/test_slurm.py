@@ -13,7 +13,7 @@ from tests.slurm_cluster import Cluster, install, wait_for
 from tprimat.results.result import read_result
 from tprimat.results.steplog import read_steps
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # multi-process runs, Slurm; the scheduler's waits are timed
+pytestmark = pytest.mark.slow  # multi-process runs, Slurm (beside the other worker: waits on the thing, generous bounds)
 
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
@@ -51,7 +51,7 @@ def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
     assert [state for _, state in jobs].count("COMPLETED") >= 2, jobs
 
 
-def settled_jobs(cluster, timeout_s: float = 60) -> list[tuple[str, str]]:
+def settled_jobs(cluster, timeout_s: float = 180) -> list[tuple[str, str]]:
     """sacct's (job, state) once no job is still ending: the sweep returns as soon as every point's result
     exists, which can be a moment before Slurm has recorded the job's end."""
     deadline = time.monotonic() + timeout_s
@@ -67,12 +67,12 @@ def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
     long_run = [o for o in RUN if not o.startswith("training.max_steps")] + ["training.max_steps=100000"]
     proc = subprocess.Popen(sweep_cmd(tmp_path / "s", *long_run), cwd=tmp_path, env=cluster.env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline, job = time.monotonic() + 120, ""
+    deadline, job = time.monotonic() + 240, ""
     while time.monotonic() < deadline and not job:
         job = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.strip()
         time.sleep(1)
     assert job, "the job never started"
-    wait_for(lambda: read_steps(tmp_path / "s" / "0")[1], "the job's first measured step", 120)  # cancelled mid-run
+    wait_for(lambda: read_steps(tmp_path / "s" / "0")[1], "the job's first measured step", 240)  # cancelled mid-run
     assert cluster.run("scancel", job.split()[0]).returncode == 0
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, output[-3000:]

@@ -121,7 +121,7 @@ ENDED_BY_SCHEDULER = ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_
 NOT_YET_FINAL = ("RUNNING", "COMPLETING", "PENDING")  # and, from Slurm, UNKNOWN: sacct not readable yet
 
 
-def record_scheduler_end(point, job, settle_s: float = 30.0) -> None:
+def record_scheduler_end(point, job, settle_s: float = 60.0) -> None:
     """A job that caught the scheduler's SIGTERM wrote its own failed result and returned: say what the
     scheduler did (cancelled, out of time, preempted) in that result too. The scheduler's final state can
     lag the job's return by a few seconds (still RUNNING while it completes, or not yet readable: UNKNOWN on a
