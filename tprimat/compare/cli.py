@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tprimat.compare import anchors as published
 from tprimat.compare import plots as plotting
+from tprimat.compare import time_to_train
 from tprimat.compare.admit import admit
 from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.gate import gate
@@ -71,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
+    ttt = time_to_train.from_results(time_to_train.read_all(args.paths))  # MLPerf runs, converged or not
+    if ttt:
+        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
+        print("\n".join(time_to_train.table_lines(ttt)))
     for note in report.notes:
         print(f"note: {note}")
     near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
@@ -86,8 +91,14 @@ def run(args: argparse.Namespace) -> int:
                       "speedups": [s.as_dict() for s in found]}
         if args.anchors:
             comparison["anchors"] = published.used_rows(near)
+        if ttt:
+            comparison["time_to_train"] = [t.as_dict() for t in ttt]
         (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
         md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
+        if ttt:
+            with md.open("a") as f:
+                f.write("\n## Time to train (MLPerf Training rules)\n\n" + time_to_train.RULE + "\n\n"
+                        + "\n".join(time_to_train.table_lines(ttt)) + "\n")
         page = write_html(groups, found, out, near if args.anchors else None)
         print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
     if args.baseline:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
+from tprimat.ingest.mlperf_repo import in_results_tree, place_of
+from tprimat.ingest.stated import as_int
 from tprimat.logs.parsers import PARSERS
 from tprimat.results.progress import progress
 from tprimat.results.result import make_result, new_run_id, write_result
@@ -54,7 +57,12 @@ def meta_from(args: argparse.Namespace, compose) -> Meta:
 def run(args: argparse.Namespace, compose) -> int:
     """``compose``: overrides -> plain config, from the entry point (tprimat.compose.compose)."""
     paths = args.paths
-    runs = find_runs(paths)
+    found = find_runs(paths)
+    # inside an MLPerf results repository, only result_<n>.txt are run logs (READMEs, notes, other .txt: skipped)
+    runs = [p for p in found if place_of(p) is not None or not in_results_tree(p)]
+    not_logs = len(found) - len(runs)
+    if not_logs:
+        print(f"skipped {not_logs} files of MLPerf results folders that are not run logs (result_<n>.txt)")
     if not runs:
         print(f"no logs found under {' '.join(paths)}")
         return 1
@@ -68,7 +76,7 @@ def run(args: argparse.Namespace, compose) -> int:
     unread: list[tuple[Path, str]] = []
     with progress(len(runs), "ingesting") as advance:
         for path in runs:
-            ingest_one(path, meta, args.format, out, unread)
+            ingest_one(path, meta, args.format, out, unread, given_system=bool(args.system))
             advance(path.name)
     if unread:
         print(f"{len(unread)} of {len(runs)} files could not be ingested:")
@@ -77,16 +85,36 @@ def run(args: argparse.Namespace, compose) -> int:
     return 1 if unread else 0
 
 
-def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list) -> None:
-    """One file: its result written (a failed one if it cannot be read), its headline printed."""
+def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system: bool = False) -> None:
+    """One file: its result written (a failed one if it cannot be read), its headline printed. A run log of an
+    MLPerf results repository is paired with its systems JSON (unless ``--system`` names one) and scaling.json by
+    the layout, and its result carries where it sits (``source.mlperf``)."""
+    place = place_of(path)
+    mlperf, system = None, None
+    if place is not None:
+        system, why_system = place.read_system()
+        factor, why_scaling = place.scaling_factor()
+        if not given_system and system is not None:
+            meta = dataclasses.replace(meta, system=system)
+        system = meta.system
+        nodes = as_int((system or {}).get("number_of_nodes"))
+        per_node = as_int((system or {}).get("accelerators_per_node"))
+        mlperf = {**place.as_source(), "scaling_factor": factor,
+                  "accelerator": (system or {}).get("accelerator_model_name") or None, "nodes": nodes,
+                  "devices": nodes * per_node if nodes and per_node else None,
+                  "framework": (system or {}).get("framework") or None,
+                  "flags": [w for w in (why_system if not given_system else None, why_scaling) if w]}
     try:
         result = ingest_file(path, meta, fmt)
     except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
         result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
+    if mlperf is not None:
+        result["source"]["mlperf"] = mlperf
     if result["source"].get("unreadable"):
         unread.append((path, (result["error"] or "").splitlines()[0][:200]))
     try:
-        target = write_result(result, out / f"{path.stem}-{result['run_id']}")
+        folder = out / mlperf["submitter"] / mlperf["system"] / mlperf["benchmark"] if mlperf else out
+        target = write_result(result, folder / f"{path.stem}-{result['run_id']}")
     except OSError as exc:
         unread.append((path, f"cannot write its result: {exc}"))
         return

@@ -1,0 +1,152 @@
+"""An MLPerf Training results repository read by its layout and scored as MLPerf scores it: ``tprimat ingest`` on the
+repository's folders (no flags) pairs each run log with its systems JSON and scaling.json; the time-to-train
+score of each system equals the one MLCommons published (../shared/mlperf_v5.1, skipped where absent), and equals
+MLCommons' own ``mlperf-logging`` (4.1.68, ``result_summarizer``) on the same folders and on small repositories
+this test writes (a run that did not converge, two that did not, a missing systems JSON, a placeholder field)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tprimat.cli import main
+from tprimat.compare.time_to_train import from_results, olympic, read_all
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "mlperf_v5.1"
+# MLCommons' published scores (minutes), MLPerf Training v5.1 results table, for the three systems of ../shared
+PUBLISHED = {("AMD", "MI355X_EPYC_9575F_pytorch", "llama31_8b"): 99.71,
+             ("AMD", "MI300X_EPYC_9575F_pytorch_llama2_70b", "llama2_70b_lora"): 27.97,
+             ("Dell", "1xXE9680x8H200-SXM-141GB", "llama2_70b_lora"): 23.37}
+
+
+def ingest(*args) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as code:
+        main(["ingest", *map(str, args)])
+    assert code.value.code in (0, 1), out.getvalue()[-2000:]
+    return out.getvalue()
+
+
+def scores_of(folder: Path) -> dict:
+    return {(s.submitter, s.system, s.benchmark): s for s in from_results(read_all([str(folder)]))}
+
+
+@pytest.mark.slow  # 30 real logs ingested
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/mlperf_v5.1 not present")
+def test_the_three_systems_score_as_mlcommons_published(tmp_path):
+    ingest(SHARED, "--out", tmp_path)
+    scores = scores_of(tmp_path)
+    assert set(scores) == set(PUBLISHED)
+    for key, minutes in PUBLISHED.items():
+        s = scores[key]
+        assert s.minutes == pytest.approx(minutes, abs=0.005), key
+        assert s.devices == 8 and s.nodes == 1 and len(s.runs) == 10 and all(r.converged for r in s.runs)
+        assert s.flags == []
+    assert scores[("AMD", "MI355X_EPYC_9575F_pytorch", "llama31_8b")].accelerator == "AMD Instinct MI355X"
+    assert scores[("AMD", "MI355X_EPYC_9575F_pytorch", "llama31_8b")].unscaled_minutes == pytest.approx(99.31, abs=0.005)
+
+
+@pytest.mark.slow  # 30 real logs ingested, and mlperf-logging's compliance checks of each
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/mlperf_v5.1 not present")
+def test_the_score_equals_mlperf_loggings_own_on_the_same_folders(tmp_path):
+    rs = pytest.importorskip("mlperf_logging.result_summarizer.result_summarizer")
+    ingest(SHARED, "--out", tmp_path)
+    for (submitter, system, benchmark), s in scores_of(tmp_path).items():
+        theirs, _, factor = rs._compute_strong_score_standalone(
+            benchmark, system, False, str(SHARED / submitter / "results" / system / benchmark), "training", "5.1.0")
+        assert s.minutes == pytest.approx(theirs, rel=1e-12) and s.scaling_factor == factor
+
+
+def mllog(key: str, time_ms: int, value=None, **metadata) -> str:
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": time_ms, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": {"file": "train.py", "lineno": 1, **metadata}})
+
+
+def run_log(minutes: float, status: str = "success", platform: str = "8xTEST") -> str:
+    """A llama31_8b run as the results repository holds them: submission keys, run_start, one eval, run_stop."""
+    start = 1_700_000_000_000
+    stop = start + round(minutes * 60_000)
+    return "\n".join([
+        mllog("submission_benchmark", start - 10, "llama31_8b"), mllog("submission_org", start - 10, "Test"),
+        mllog("submission_platform", start - 10, platform), mllog("global_batch_size", start - 5, 32),
+        mllog("run_start", start), mllog("eval_accuracy", stop - 1, 3.29 if status == "success" else 3.6,
+                                         samples_count=172032),
+        mllog("run_stop", stop, samples_count=172032, status=status)]) + "\n"
+
+
+def repository(root: Path, minutes: list, statuses=None, system_json=True, platform="8xTEST", scaling=None) -> Path:
+    folder = root / "Test" / "results" / "sys8" / "llama31_8b"
+    folder.mkdir(parents=True)
+    for n, m in enumerate(minutes):
+        (folder / f"result_{n}.txt").write_text(run_log(m, (statuses or {}).get(n, "success"), platform))
+    (folder / "README.md").write_text("not a run log\n")
+    (folder / "notes.txt").write_text("not a run log either\n")
+    if scaling is not None:
+        (folder / "scaling.json").write_text(json.dumps({"scaling_factor": scaling}))
+    if system_json:
+        (root / "Test" / "systems").mkdir(parents=True)
+        (root / "Test" / "systems" / "sys8.json").write_text(json.dumps({
+            "accelerator_model_name": "NVIDIA H100-SXM5-80GB", "accelerators_per_node": "8", "number_of_nodes": "1",
+            "framework": "NeMo 25.09"}))
+    return root
+
+
+MINUTES = [30.0, 31.0, 29.5, 32.0, 30.5, 33.0, 29.0, 31.5, 30.25, 34.0]
+
+
+def test_one_run_that_did_not_converge_is_dropped_as_the_slowest(tmp_path):
+    """Run 9 (34.0 min) aborted: the nine converged sorted, the fastest (29.0) dropped, none more at the slow end:
+    (29.5 + 30.0 + 30.25 + 30.5 + 31.0 + 31.5 + 32.0 + 33.0) / 8 = 30.96875, times scaling 1.01 = 31.2784375."""
+    repo = repository(tmp_path / "repo", MINUTES, statuses={9: "aborted"}, scaling=1.01)
+    said = ingest(repo / "Test" / "results", "--out", tmp_path / "out")  # from a folder inside the repository
+    assert "skipped 1 files of MLPerf results folders that are not run logs" in said  # notes.txt (README.md: not a log)
+    (s,) = scores_of(tmp_path / "out").values()
+    assert s.unscaled_minutes == pytest.approx(30.96875) and s.minutes == pytest.approx(30.96875 * 1.01)
+    assert s.flags == ["1 run did not converge: dropped as the slowest"]
+    assert [r.converged for r in s.runs].count(False) == 1
+    assert s.accelerator == "NVIDIA H100-SXM5-80GB" and s.devices == 8
+    ingested = [r for _, r in read_all([str(tmp_path / "out")])]
+    assert {r["spec"]["platform"]["gpu"] for r in ingested} == {"h100"}  # mapped from the systems JSON, no flag
+
+
+def test_two_runs_that_did_not_converge_leave_no_score_and_say_why(tmp_path):
+    repo = repository(tmp_path / "repo", MINUTES, statuses={3: "aborted", 9: "aborted"})
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores_of(tmp_path / "out").values()
+    assert s.minutes is None and s.flags == ["2 runs did not converge (the rules allow 1): no valid score"]
+
+
+def test_too_few_runs_are_shown_and_flagged_never_scored_as_complete(tmp_path):
+    repo = repository(tmp_path / "repo", MINUTES[:4])
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores_of(tmp_path / "out").values()
+    assert s.minutes is None and s.unscaled_minutes == pytest.approx((30.0 + 31.0) / 2)  # 29.5, 32.0 dropped
+    assert s.flags == ["4 runs of the 10 the rules require: no complete result"]
+
+
+def test_a_missing_systems_json_and_a_placeholder_platform_are_said_not_guessed(tmp_path):
+    repo = repository(tmp_path / "repo", MINUTES, system_json=False, platform="SUBMISSION_PLATFORM_PLACEHOLDER")
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores_of(tmp_path / "out").values()
+    assert s.minutes == pytest.approx(sum(sorted(MINUTES)[1:-1]) / 8)
+    assert s.accelerator is None and s.devices is None
+    assert s.flags == ["systems JSON not found: Test/systems/sys8.json"]
+    for _, result in read_all([str(tmp_path / "out")]):  # the placeholder kept as logged, no GPU read into it
+        assert result["source"]["submission_platform"] == "SUBMISSION_PLATFORM_PLACEHOLDER"
+        assert result["spec"]["platform"]["gpu"] is None and result["spec"]["platform"]["name"] is None
+
+
+@pytest.mark.parametrize("not_converged", [0, 1])
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(minutes=st.lists(st.floats(min_value=1, max_value=1e4, allow_nan=False), min_size=3, max_size=12))
+def test_the_olympic_mean_is_mlperf_loggings(minutes, not_converged):
+    """Any run times: tprimat's olympic mean equals mlperf-logging's ``_compute_olympic_average`` (its own code)."""
+    rs = pytest.importorskip("mlperf_logging.result_summarizer.result_summarizer")
+    assert olympic(list(minutes), not_converged) == pytest.approx(
+        rs._compute_olympic_average(list(minutes), not_converged, 1), rel=1e-12)

@@ -1,0 +1,161 @@
+"""Time to train, scored as MLPerf Training scores it, from results ``tprimat ingest`` wrote of a results repository.
+
+Each run: ``run_stop - run_start`` (the MLLOG records' ``time_ms``) in minutes, its ``run_stop`` status
+(``success`` is converged), and whether its last eval reached the benchmark's quality target. Each system and
+benchmark, by MLPerf Training's rules (training_policies training_rules.adoc, "Benchmark results"; the same
+arithmetic as MLCommons' ``mlperf-logging`` ``result_summarizer._compute_strong_score_standalone``): the runs sorted,
+the fastest and the slowest dropped, the rest averaged (the olympic mean); one run that did not converge counts as
+the slowest and is the one dropped at that end; with more than one there is no valid score; the mean times the
+folder's ``scaling.json`` factor where the review set one. A system with fewer runs than the rules require is shown
+and flagged, never scored as if complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+# Runs per result and quality targets (lower is better), MLPerf Training v5.1 rules (training_rules.adoc: "Benchmark
+# results" and the quality-target table): Llama 3.1 8B pretraining to eval log perplexity 3.3, Llama 2 70B LoRA to
+# eval loss 0.925; ten runs each.
+REQUIRED_RUNS = {"llama31_8b": 10, "llama2_70b_lora": 10}
+TARGETS = {"llama31_8b": 3.3, "llama2_70b_lora": 0.925}
+MAX_NOT_CONVERGED = 1
+RULE = ("Each run: run_stop - run_start in minutes. Each system and benchmark: the converged runs sorted, the fastest "
+        "and the slowest dropped, the rest averaged; one run that did not converge is the slowest and the one dropped; "
+        "more than one: no valid score; times the folder's scaling.json factor (MLPerf Training rules, "
+        "training_rules.adoc, Benchmark results; mlperf-logging's result_summarizer). Fewer runs than the rules "
+        "require: flagged, no score.")
+
+
+@dataclass(frozen=True)
+class RunTime:
+    path: str
+    minutes: Optional[float]  # None: run_start or run_stop not logged
+    converged: bool
+    status: Optional[str]
+    last_eval: Optional[float]
+    samples_to_target: Optional[float]
+
+
+@dataclass
+class Score:
+    submitter: str
+    system: str
+    benchmark: str
+    runs: list[RunTime]
+    scaling_factor: Optional[float]
+    minutes: Optional[float] = None  # the score; None where the rules give none
+    unscaled_minutes: Optional[float] = None
+    flags: list[str] = field(default_factory=list)
+    accelerator: Optional[str] = None
+    devices: Optional[int] = None
+    nodes: Optional[int] = None
+
+    def as_dict(self) -> dict:
+        return {"submitter": self.submitter, "system": self.system, "benchmark": self.benchmark,
+                "score_minutes": self.minutes, "olympic_mean_minutes": self.unscaled_minutes,
+                "scaling_factor": self.scaling_factor, "runs": len(self.runs),
+                "converged": sum(r.converged for r in self.runs), "accelerator": self.accelerator,
+                "devices": self.devices, "nodes": self.nodes,
+                "gpu_hours": self.minutes * self.devices / 60 if self.minutes and self.devices else None,
+                "flags": self.flags, "run_minutes": [r.minutes for r in self.runs]}
+
+
+def run_time(result: dict, path: str) -> RunTime:
+    source = result.get("source") or {}
+    start, stop = source.get("run_start_ms"), source.get("run_stop_ms")
+    finite = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (start, stop))
+    minutes = (stop - start) / 60_000 if finite else None
+    evals = [e for e in source.get("eval_accuracy") or [] if isinstance(e, dict) and isinstance(e.get("value"), (int, float))]
+    benchmark = (source.get("mlperf") or {}).get("benchmark")
+    target = TARGETS.get(benchmark)
+    reached = next((e.get("samples_count") for e in evals if target is not None and e["value"] <= target), None)
+    status = source.get("status")
+    return RunTime(path, minutes, status == "success" and minutes is not None, status,
+                   evals[-1]["value"] if evals else None, reached)
+
+
+def olympic(minutes: list[float], not_converged: int) -> Optional[float]:
+    """mlperf-logging's olympic mean: sorted, one dropped from the fast end, and from the slow end one less for each
+    run that did not converge (it was the slowest, already out)."""
+    kept = sorted(minutes)[MAX_NOT_CONVERGED:len(minutes) - (MAX_NOT_CONVERGED - not_converged)]
+    return sum(kept) / len(kept) if kept else None
+
+
+def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scaling_factor: Optional[float]) -> Score:
+    s = Score(submitter, system, benchmark, runs, scaling_factor)
+    converged = [r.minutes for r in runs if r.converged]
+    not_converged = len(runs) - len(converged)
+    required = REQUIRED_RUNS.get(benchmark)
+    if required is None:
+        s.flags.append(f"runs required for {benchmark}: not stated in tprimat's table of the rules")
+    elif len(runs) < required:
+        s.flags.append(f"{len(runs)} runs of the {required} the rules require: no complete result")
+    if not_converged > MAX_NOT_CONVERGED:
+        s.flags.append(f"{not_converged} runs did not converge (the rules allow {MAX_NOT_CONVERGED}): no valid score")
+        return s
+    if not_converged:
+        s.flags.append(f"{not_converged} run did not converge: dropped as the slowest")
+    s.unscaled_minutes = olympic(converged, not_converged)
+    if s.unscaled_minutes is None:
+        s.flags.append("no run left after dropping the fastest and the slowest")
+    elif required is None or len(runs) >= required:
+        s.minutes = s.unscaled_minutes * (scaling_factor or 1.0)
+    return s
+
+
+def from_results(items: list[tuple[str, dict]]) -> list[Score]:
+    """(path, result) pairs -> one Score per (submitter, system, benchmark) of the results that carry MLPerf's
+    layout (``source.mlperf``), whatever their status; the others are not MLPerf runs and are left alone."""
+    runs: dict[tuple, list] = {}
+    first: dict[tuple, dict] = {}
+    for path, result in items:
+        place = (result.get("source") or {}).get("mlperf")
+        if not isinstance(place, dict) or not all(isinstance(place.get(k), str) for k in ("submitter", "system", "benchmark")):
+            continue
+        key = (place["submitter"], place["system"], place["benchmark"])
+        runs.setdefault(key, []).append(run_time(result, path))
+        first.setdefault(key, result)
+    scores = []
+    for key, times in sorted(runs.items()):
+        place = first[key]["source"]["mlperf"]
+        s = score(*key, sorted(times, key=lambda r: r.path), place.get("scaling_factor"))
+        s.accelerator, s.devices, s.nodes = place.get("accelerator"), place.get("devices"), place.get("nodes")
+        s.flags += place.get("flags") or []
+        scores.append(s)
+    return scores
+
+
+def read_all(paths: list[str]) -> list[tuple[str, dict]]:
+    """Every result.json under ``paths`` that parses as a JSON object (status and schema not required: a run that
+    did not converge still counts in the score)."""
+    found = []
+    for raw in paths:
+        root = Path(raw)
+        files = [root] if root.is_file() else sorted(root.rglob("result.json"))
+        for file in files:
+            try:
+                data = json.loads(file.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                found.append((str(file), data))
+    return found
+
+
+def table_lines(scores: list[Score]) -> list[str]:
+    """The console and report.md table: one row per system and benchmark, flags beside."""
+    lines = ["| submitter | system | benchmark | accelerator | devices | score (min) | olympic mean (min) | scaling | "
+             "converged / runs | GPU-hours | flags |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        d = s.as_dict()
+        fmt = lambda v, spec: "not stated" if v is None else format(v, spec)  # noqa: E731
+        lines.append(f"| {s.submitter} | {s.system} | {s.benchmark} | {s.accelerator or 'not stated'} | "
+                     f"{fmt(s.devices, 'd')} | {fmt(s.minutes, '.2f') if s.minutes is not None else 'no score'} | "
+                     f"{fmt(s.unscaled_minutes, '.2f')} | {fmt(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
+                     f"{d['converged']} / {d['runs']} | {fmt(d['gpu_hours'], '.1f')} | {'; '.join(s.flags) or '-'} |")
+    return lines
