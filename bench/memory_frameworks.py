@@ -169,17 +169,18 @@ TITAN = "torchtitan"
 EAGER_LOSS = dict(as_run=("training.compile=false",),
                   note="estimated with the loss eager: torchtitan 9dec370 compiled the blocks only")
 CASES += [
+    # eager and compiled blocks: one prediction (the loss eager in both) beside two figures
     Case("torchtitan 8B, 8 x H100, FSDP, local batch 2, eager (Table 1)", TITAN, titan_8b(8, []), TITAN_TABLES,
-         measured_gib=82.4, measure="max reserved"),
+         measured_gib=82.4, measure="max reserved", family="torchtitan 8B x 8, bf16"),
     Case("torchtitan 8B, 8 x H100, FSDP + compile (Table 1)", TITAN, titan_8b(8, ["training.compile=true"]),
-         TITAN_TABLES, measured_gib=77.0, measure="max reserved", **EAGER_LOSS),
+         TITAN_TABLES, measured_gib=77.0, measure="max reserved", family="torchtitan 8B x 8, bf16", **EAGER_LOSS),
     Case("torchtitan 8B, 8 x H100, FSDP + compile + Float8 (Table 1)", TITAN,
          titan_8b(8, ["training.compile=true", "training.precision=fp8"]), TITAN_TABLES, measured_gib=76.8,
          measure="max reserved", **EAGER_LOSS),
     Case("torchtitan 8B, 128 x H100, FSDP, local batch 2, eager (Table 3)", TITAN, titan_8b(128, []), TITAN_TABLES,
-         measured_gib=67.0, measure="max reserved"),
+         measured_gib=67.0, measure="max reserved", family="torchtitan 8B x 128, bf16"),
     Case("torchtitan 8B, 128 x H100, FSDP + compile (Table 3)", TITAN, titan_8b(128, ["training.compile=true"]),
-         TITAN_TABLES, measured_gib=62.0, measure="max reserved", **EAGER_LOSS),
+         TITAN_TABLES, measured_gib=62.0, measure="max reserved", family="torchtitan 8B x 128, bf16", **EAGER_LOSS),
     Case("torchtitan 8B, 128 x H100, FSDP + compile + Float8 (Table 3)", TITAN,
          titan_8b(128, ["training.compile=true", "training.precision=fp8"]), TITAN_TABLES, measured_gib=61.8,
          measure="max reserved", **EAGER_LOSS),

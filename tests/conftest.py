@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 from tprimat.compose import compose, hydra_compose
 from tprimat.execute.run import execute
@@ -49,11 +48,13 @@ def once_per_run(tmp_path_factory, name: str, make):
     the others read it back (pytest-xdist's recipe); ``make(folder)`` returns JSON."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return make(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
     shared = tmp_path_factory.getbasetemp().parent
     with FileLock(str(shared / f"{name}.lock")):
         made = shared / f"{name}.json"
-        if not made.exists():
-            (shared / name).mkdir()
+        if not made.exists():  # a worker whose make() failed left no file: the next one tries again, in a clean folder
+            (shared / name).mkdir(exist_ok=True)
             made.write_text(json.dumps(make(shared / name)))
         return json.loads(made.read_text())
 
@@ -99,12 +100,21 @@ def pytest_runtest_protocol(item, nextitem):
     if uid is None:
         yield
         return
-    with open(Path(tempfile.gettempdir()) / f"tprimat-tests-{uid}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("exclusive") else fcntl.LOCK_SH)
+    folder = Path(tempfile.gettempdir())
+    # a turnstile before the lock: an exclusive test waiting for it stops new shared holders (Linux flock would
+    # otherwise keep granting shared locks while an exclusive one waits, and the exclusive test could starve)
+    with open(folder / f"tprimat-tests-{uid}.turnstile", "a") as turnstile, \
+            open(folder / f"tprimat-tests-{uid}.lock", "a") as lock:
+        exclusive = item.get_closest_marker("exclusive") is not None
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items):

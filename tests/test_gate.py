@@ -66,7 +66,7 @@ def test_a_rerun_with_two_repeats_a_side_passes_at_the_default_tolerance(runs):
     root, _ = runs
     code, out, _ = gate(root / "rerun", "--golden", root / "golden_values")
     assert code == 0 and failed(out) == [] and len(out) == 3, out
-    assert "95% CI" in next(line for line in out if "throughput" in line)  # two a side: the significance verdict
+    assert "95% CI" in next(line for line in out if "throughput" in line)  # two or more a side: the significance verdict
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: no half of it to run on")
@@ -86,7 +86,7 @@ def test_one_repeat_a_side_never_yields_a_significance_verdict(runs, tmp_path):
     code, out, _ = gate(root / "rerun_one", "--golden", tmp_path / "one")
     line = next(line for line in out if "throughput" in line)
     assert "no significance verdict" in line and "95% CI" not in line and "noise" not in line, line
-    code, out, _ = gate(root / "rerun_one", "--golden", root / "golden_values")  # one current, two golden
+    code, out, _ = gate(root / "rerun_one", "--golden", root / "golden_values")  # one current, four golden
     assert "no significance verdict" in next(line for line in out if "throughput" in line)
 
 

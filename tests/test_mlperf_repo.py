@@ -101,13 +101,14 @@ MINUTES = [30.0, 31.0, 29.5, 32.0, 30.5, 33.0, 29.0, 31.5, 30.25, 34.0]
 
 
 def test_one_run_that_did_not_converge_is_dropped_as_the_slowest(tmp_path):
-    """Run 9 (34.0 min) aborted: the nine converged sorted, the fastest (29.0) dropped, none more at the slow end:
-    (29.5 + 30.0 + 30.25 + 30.5 + 31.0 + 31.5 + 32.0 + 33.0) / 8 = 30.96875, times scaling 1.01 = 31.2784375."""
-    repo = repository(tmp_path / "repo", MINUTES, statuses={9: "aborted"}, scaling=1.01)
+    """Run 6, the fastest (29.0 min), aborted: it counts as the slowest. The nine converged sorted, the fastest
+    (29.5) dropped, none more at the slow end: (30.0 + 30.25 + 30.5 + 31.0 + 31.5 + 32.0 + 33.0 + 34.0) / 8 =
+    31.53125, times scaling 1.01 (had its time been kept: 30.96875)."""
+    repo = repository(tmp_path / "repo", MINUTES, statuses={6: "aborted"}, scaling=1.01)
     said = ingest(repo / "Test" / "results", "--out", tmp_path / "out")  # from a folder inside the repository
     assert "skipped 1 files of MLPerf results folders that are not run logs" in said  # notes.txt (README.md: not a log)
     (s,) = scores_of(tmp_path / "out").values()
-    assert s.unscaled_minutes == pytest.approx(30.96875) and s.minutes == pytest.approx(30.96875 * 1.01)
+    assert s.unscaled_minutes == pytest.approx(31.53125) and s.minutes == pytest.approx(31.53125 * 1.01)
     assert s.flags == ["1 run did not converge: dropped as the slowest"]
     assert [r.converged for r in s.runs].count(False) == 1
     assert s.accelerator == "NVIDIA H100-SXM5-80GB" and s.devices == 8
@@ -150,3 +151,28 @@ def test_the_olympic_mean_is_mlperf_loggings(minutes, not_converged):
     rs = pytest.importorskip("mlperf_logging.result_summarizer.result_summarizer")
     assert olympic(list(minutes), not_converged) == pytest.approx(
         rs._compute_olympic_average(list(minutes), not_converged, 1), rel=1e-12)
+
+
+def test_a_log_ingested_twice_counts_once_and_hostile_fields_never_crash(tmp_path):
+    """The same repository ingested twice into one folder: ten runs, not twenty. Then every field the score reads,
+    set to a value of another type or beyond range, in one result at a time: scored or flagged, never a crash."""
+    repo = repository(tmp_path / "repo", MINUTES)
+    ingest(repo, "--out", tmp_path / "out")
+    ingest(repo, "--out", tmp_path / "out")
+    items = read_all([str(tmp_path / "out")])
+    (s,) = scores_of(tmp_path / "out").values()
+    assert len(items) == 20 and len(s.runs) == 10 and s.minutes == pytest.approx(sum(sorted(MINUTES)[1:-1]) / 8)
+    path, good = items[0]
+    hostile = [None, "x", True, 10 ** 400, float("inf"), -1, [], {}]
+    for field in ("run_start_ms", "run_stop_ms", "status", "eval_accuracy", "sha256", "mlperf"):
+        for value in hostile:
+            bad = json.loads(json.dumps(good, default=str))
+            bad["source"][field] = value
+            from_results([(path, bad), *items[1:]])
+    for field in ("scaling_factor", "devices", "nodes", "accelerator", "flags", "benchmark"):
+        for value in hostile:
+            bad = json.loads(json.dumps(good, default=str))
+            bad["source"]["mlperf"][field] = value
+            from_results([(path, bad)])
+    for value in hostile:
+        from_results([(path, {**good, "source": value})])

@@ -65,18 +65,32 @@ class Score:
                 "flags": self.flags, "run_minutes": [r.minutes for r in self.runs]}
 
 
-def run_time(result: dict, path: str) -> RunTime:
-    source = result.get("source") or {}
-    start, stop = source.get("run_start_ms"), source.get("run_stop_ms")
-    finite = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (start, stop))
-    minutes = (stop - start) / 60_000 if finite else None
-    evals = [e for e in source.get("eval_accuracy") or [] if isinstance(e, dict) and isinstance(e.get("value"), (int, float))]
-    benchmark = (source.get("mlperf") or {}).get("benchmark")
+def number(value) -> Optional[float]:
+    """A finite real from JSON (bools, strings, non-finite and out-of-range values are not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def run_time(result: dict, path: str, benchmark: str) -> RunTime:
+    """One run: a run converged when its run_stop says ``success`` and, where the benchmark's target is known and
+    the log has evals, one reached it (mlperf-logging's compliance check asks both)."""
+    source = result.get("source") if isinstance(result.get("source"), dict) else {}
+    start, stop = number(source.get("run_start_ms")), number(source.get("run_stop_ms"))
+    minutes = (stop - start) / 60_000 if start is not None and stop is not None and stop >= start else None
+    evals = [(e.get("samples_count"), number(e.get("value"))) for e in source.get("eval_accuracy") or []
+             if isinstance(e, dict)] if isinstance(source.get("eval_accuracy"), list) else []
+    evals = [(samples, value) for samples, value in evals if value is not None]
     target = TARGETS.get(benchmark)
-    reached = next((e.get("samples_count") for e in evals if target is not None and e["value"] <= target), None)
-    status = source.get("status")
-    return RunTime(path, minutes, status == "success" and minutes is not None, status,
-                   evals[-1]["value"] if evals else None, reached)
+    reached = next((samples for samples, value in evals if target is not None and value <= target), None)
+    status = source.get("status") if isinstance(source.get("status"), str) else None
+    hit = target is None or not evals or any(value <= target for _, value in evals)
+    return RunTime(path, minutes, status == "success" and minutes is not None and hit, status,
+                   evals[-1][1] if evals else None, number(reached))
 
 
 def olympic(minutes: list[float], not_converged: int) -> Optional[float]:
@@ -110,22 +124,31 @@ def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scal
 
 def from_results(items: list[tuple[str, dict]]) -> list[Score]:
     """(path, result) pairs -> one Score per (submitter, system, benchmark) of the results that carry MLPerf's
-    layout (``source.mlperf``), whatever their status; the others are not MLPerf runs and are left alone."""
-    runs: dict[tuple, list] = {}
+    layout (``source.mlperf``), whatever their status; the others are not MLPerf runs and are left alone. A log
+    ingested twice (the same ``source.sha256``) counts once."""
+    runs: dict[tuple, dict] = {}
     first: dict[tuple, dict] = {}
     for path, result in items:
-        place = (result.get("source") or {}).get("mlperf")
+        source = result.get("source") if isinstance(result.get("source"), dict) else {}
+        place = source.get("mlperf")
         if not isinstance(place, dict) or not all(isinstance(place.get(k), str) for k in ("submitter", "system", "benchmark")):
             continue
         key = (place["submitter"], place["system"], place["benchmark"])
-        runs.setdefault(key, []).append(run_time(result, path))
-        first.setdefault(key, result)
+        once = source.get("sha256") if isinstance(source.get("sha256"), str) else path
+        runs.setdefault(key, {}).setdefault(once, run_time(result, path, place["benchmark"]))
+        first.setdefault(key, place)
     scores = []
-    for key, times in sorted(runs.items()):
-        place = first[key]["source"]["mlperf"]
-        s = score(*key, sorted(times, key=lambda r: r.path), place.get("scaling_factor"))
-        s.accelerator, s.devices, s.nodes = place.get("accelerator"), place.get("devices"), place.get("nodes")
-        s.flags += place.get("flags") or []
+    for key, by_log in sorted(runs.items()):
+        place = first[key]
+        factor = number(place.get("scaling_factor"))
+        s = score(*key, sorted(by_log.values(), key=lambda r: r.path), factor if factor and factor > 0 else None)
+        s.accelerator = place.get("accelerator") if isinstance(place.get("accelerator"), str) else None
+        s.devices, s.nodes = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+                              for v in (place.get("devices"), place.get("nodes")))
+        if place.get("scaling_factor") is not None and s.scaling_factor is None:
+            s.flags.append(f"scaling_factor {place.get('scaling_factor')!r} is not a positive number: not applied")
+        flags = place.get("flags")
+        s.flags += [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
         scores.append(s)
     return scores
 

@@ -10,6 +10,7 @@ A run log is placed by its own path, from any folder inside the repository: noth
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ class MlperfPlace:
         except (OSError, ValueError) as exc:
             return None, f"scaling.json unreadable: {exc}"
         factor = data.get("scaling_factor") if isinstance(data, dict) else None
-        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor > 0:
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not (math.isfinite(factor) and factor > 0):
             return None, f"scaling.json: scaling_factor {factor!r} is not a positive number"
         return float(factor), None
 
