@@ -72,10 +72,7 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
-    ttt = time_to_train.from_results(time_to_train.read_all(args.paths))  # MLPerf runs, converged or not
-    if ttt:
-        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
-        print("\n".join(time_to_train.table_lines(ttt)))
+    ttt = time_to_train.printed(args.paths)
     for note in report.notes:
         print(f"note: {note}")
     near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
@@ -95,10 +92,7 @@ def run(args: argparse.Namespace) -> int:
             comparison["time_to_train"] = [t.as_dict() for t in ttt]
         (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
         md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
-        if ttt:
-            with md.open("a") as f:
-                f.write("\n## Time to train (MLPerf Training rules)\n\n" + time_to_train.RULE + "\n\n"
-                        + "\n".join(time_to_train.table_lines(ttt)) + "\n")
+        time_to_train.append_to_report(md, ttt)
         page = write_html(groups, found, out, near if args.anchors else None)
         print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
     if args.baseline:

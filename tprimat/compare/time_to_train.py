@@ -182,3 +182,18 @@ def table_lines(scores: list[Score]) -> list[str]:
                      f"{fmt(s.unscaled_minutes, '.2f')} | {fmt(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
                      f"{d['converged']} / {d['runs']} | {fmt(d['gpu_hours'], '.1f')} | {'; '.join(s.flags) or '-'} |")
     return lines
+
+
+def printed(paths: list[str]) -> list[Score]:
+    """The scores of the MLPerf runs under ``paths`` (converged or not), printed as a table where there are any."""
+    scores = from_results(read_all(paths))
+    if scores:
+        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
+        print("\n".join(table_lines(scores)))
+    return scores
+
+
+def append_to_report(md: Path, scores: list[Score]) -> None:
+    if scores:
+        with md.open("a") as f:
+            f.write("\n## Time to train (MLPerf Training rules)\n\n" + RULE + "\n\n" + "\n".join(table_lines(scores)) + "\n")
