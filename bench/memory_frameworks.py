@@ -169,21 +169,16 @@ TITAN = "torchtitan"
 EAGER_LOSS = dict(as_run=("training.compile=false",),
                   note="estimated with the loss eager: torchtitan 9dec370 compiled the blocks only")
 CASES += [
-    # eager and compiled blocks: one prediction (the loss eager in both) beside two figures
-    Case("torchtitan 8B, 8 x H100, FSDP, local batch 2, eager (Table 1)", TITAN, titan_8b(8, []), TITAN_TABLES,
-         measured_gib=82.4, measure="max reserved", family="torchtitan 8B x 8, bf16"),
-    Case("torchtitan 8B, 8 x H100, FSDP + compile (Table 1)", TITAN, titan_8b(8, ["training.compile=true"]),
-         TITAN_TABLES, measured_gib=77.0, measure="max reserved", family="torchtitan 8B x 8, bf16", **EAGER_LOSS),
-    Case("torchtitan 8B, 8 x H100, FSDP + compile + Float8 (Table 1)", TITAN,
-         titan_8b(8, ["training.compile=true", "training.precision=fp8"]), TITAN_TABLES, measured_gib=76.8,
-         measure="max reserved", **EAGER_LOSS),
-    Case("torchtitan 8B, 128 x H100, FSDP, local batch 2, eager (Table 3)", TITAN, titan_8b(128, []), TITAN_TABLES,
-         measured_gib=67.0, measure="max reserved", family="torchtitan 8B x 128, bf16"),
-    Case("torchtitan 8B, 128 x H100, FSDP + compile (Table 3)", TITAN, titan_8b(128, ["training.compile=true"]),
-         TITAN_TABLES, measured_gib=62.0, measure="max reserved", family="torchtitan 8B x 128, bf16", **EAGER_LOSS),
-    Case("torchtitan 8B, 128 x H100, FSDP + compile + Float8 (Table 3)", TITAN,
-         titan_8b(128, ["training.compile=true", "training.precision=fp8"]), TITAN_TABLES, measured_gib=61.8,
-         measure="max reserved", **EAGER_LOSS),
+    # Tables 1 and 3 (8 and 128 GPUs): eager, compiled blocks, compiled + Float8. Eager and compiled blocks are one
+    # prediction (the loss eager in both) beside two figures: one family.
+    *[Case(f"torchtitan 8B, {gpus} x H100, FSDP{label} (Table {table})", TITAN, titan_8b(gpus, extra), TITAN_TABLES,
+           measured_gib=gib, measure="max reserved",
+           family=f"torchtitan 8B x {gpus}, bf16" if "fp8" not in " ".join(extra) else None,
+           **(EAGER_LOSS if extra else {}))
+      for gpus, table, figures in ((8, 1, (82.4, 77.0, 76.8)), (128, 3, (67.0, 62.0, 61.8)))
+      for (label, extra), gib in zip(((", local batch 2, eager", []), (" + compile", ["training.compile=true"]),
+                                      (" + compile + Float8", ["training.compile=true", "training.precision=fp8"])),
+                                     figures)],
     *[Case(f"torchtitan 8B, 8 x H100, FSDP {8 // cp} x CP {cp}, seq {32768 * cp}, compile + Float8 (Table 2)", TITAN,
            titan_cp(cp), TITAN_TABLES, measured_gib=gib, measure="max reserved", **EAGER_LOSS,
            family="torchtitan 8B, CP: 32,768 tokens per rank")  # one prediction beside four figures
