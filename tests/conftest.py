@@ -91,6 +91,25 @@ def compiled_run(tmp_path_factory):
     return once_per_run(tmp_path_factory, "compiled", make)
 
 
+def cores_per_worker() -> int:
+    """Each of pytest-xdist's workers gets its share of the cores for torch's threads, in this process and in the
+    processes it starts (OMP_NUM_THREADS): two workers of two threads each on two cores oversubscribe them, and
+    spinning OpenMP threads then slow every tiny step many times over."""
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def use_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def pytest_configure(config):
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        use_threads(cores_per_worker())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Two pytest-xdist workers share the cores (pyproject's addopts). A test marked ``exclusive`` (a time budget, a
@@ -110,9 +129,13 @@ def pytest_runtest_protocol(item, nextitem):
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         if not exclusive:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:  # alone on the machine: every core
+            use_threads(os.cpu_count() or 1)
         try:
             yield
         finally:
+            if exclusive:
+                use_threads(cores_per_worker())
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
 

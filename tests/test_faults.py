@@ -236,7 +236,7 @@ def test_a_finished_sweep_directory_is_not_overwritten_unless_asked(tmp_path):
     def sweep(*extra):
         return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path}",
                                "training.max_steps=3,4", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
-                               "logging.wandb.mode=disabled", "resume_from=null", *extra],
+                               "training.seq_length=64", "logging.wandb.mode=disabled", "resume_from=null", *extra],
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
     assert sweep().returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 2

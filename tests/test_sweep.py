@@ -66,7 +66,7 @@ def test_plan_command_writes_a_csv_and_exits_2_when_a_point_is_invalid(tmp_path)
 # ---------------------------------------------------------------- launching sweeps
 
 QUICK_RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
-             "logging.wandb.mode=disabled"]
+             "training.seq_length=64", "logging.wandb.mode=disabled"]
 
 
 def sweep(sweep_dir, *overrides, timeout=600):
@@ -96,6 +96,15 @@ def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(t
     assert [r["status"] for r in rows] == ["invalid", "ok"] and "world size" in rows[0]["reason"]
     assert float(rows[1]["tokens_per_s_per_device"]) > 0
     assert "| 1 |" in (tmp_path / "s" / "sweep_summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_point_that_cannot_compose_stops_the_sweep_before_any_point_is_written(tmp_path):
+    """Hydra's own composition error, naming the missing option, and no point written or run (tprimat's sweeper
+    leaves that check to the launcher, which composes every point before preparing any)."""
+    proc = sweep(tmp_path / "s", "model=llama_tiny,nope", *QUICK_RUN)
+    assert proc.returncode == 1 and "Could not find 'model/nope'" in proc.stderr, proc.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "s").iterdir() if not p.name.startswith(".")] == ["multirun.yaml"]  # its claim aside
 
 
 @pytest.mark.slow
@@ -135,7 +144,7 @@ def test_submitit_local_one_task_per_rank(tmp_path):
 def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
     from tprimat.results.wandb_offline import find_offline_runs, read_offline_run
 
-    proc = sweep(tmp_path / "day" / "time", "training.seed=1,2", *QUICK_RUN[:3], f"resume_from={tmp_path / 'none'}")
+    proc = sweep(tmp_path / "day" / "time", "training.seed=1,2", *QUICK_RUN[:4], f"resume_from={tmp_path / 'none'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = [read_offline_run(p) for p in find_offline_runs(tmp_path / "day")]
     assert len(runs) == 2 and {r.group for r in runs} == {"sweep-day-time"}

@@ -1,4 +1,5 @@
-"""Launcher configs: ``hydra/launcher=tprimat_basic`` (default), ``tprimat_submitit_local``, ``tprimat_submitit_slurm``."""
+"""Launcher configs: ``hydra/launcher=tprimat_basic`` (default), ``tprimat_submitit_local``, ``tprimat_submitit_slurm``;
+the sweeper ``hydra/sweeper=tprimat_basic`` (default): Hydra's basic sweeper, each point composed once."""
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -11,6 +12,15 @@ PACKAGE = "hydra_plugins.tprimat_launchers.launchers"
 @dataclass
 class TprimatBasicConf:
     _target_: str = f"{PACKAGE}.TprimatBasicLauncher"
+
+
+@dataclass
+class TprimatSweeperConf:
+    """Hydra's BasicSweeper's keys (a preset's ``hydra.sweeper.params`` among them)."""
+
+    _target_: str = f"{PACKAGE}.TprimatSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[Dict[str, str]] = None
 
 
 @dataclass
@@ -53,6 +63,7 @@ class TprimatSlurmConf(TprimatSubmititConf):
 
 
 cs = ConfigStore.instance()
+cs.store(group="hydra/sweeper", name="tprimat_basic", node=TprimatSweeperConf, provider="tprimat")
 cs.store(group="hydra/launcher", name="tprimat_basic", node=TprimatBasicConf, provider="tprimat")
 cs.store(group="hydra/launcher", name="tprimat_submitit_local", node=TprimatSubmititConf, provider="tprimat")
 cs.store(group="hydra/launcher", name="tprimat_submitit_slurm", node=TprimatSlurmConf, provider="tprimat")

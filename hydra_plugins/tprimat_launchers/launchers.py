@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
@@ -28,6 +29,7 @@ class PointState:
     status: str = "pending"  # pending | invalid | skipped | launched
     reason: str = ""
     spec_hash: Optional[str] = None
+    config: Optional[DictConfig] = None  # the point's sweep config, loaded once: validated, then run
 
 
 class TprimatSweepMixin(Launcher):
@@ -42,15 +44,17 @@ class TprimatSweepMixin(Launcher):
         from tprimat.sweep.launch import prepare_point
 
         setup_globals()
+        # every point composed before any is prepared: one that cannot compose stops the sweep with nothing written
+        configs = [self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                   for overrides in job_overrides]
         points = []
-        for offset, overrides in enumerate(job_overrides):
+        for offset, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
             idx = initial_job_idx + offset
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
             run_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
-            point = PointState(idx, list(overrides), run_dir)
+            point = PointState(idx, list(overrides), run_dir, config=sweep_config)
             point_config = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
             prepare_point(point, to_plain(point_config))
             points.append(point)
@@ -66,6 +70,17 @@ class TprimatSweepMixin(Launcher):
         return returns
 
 
+class TprimatSweeper(BasicSweeper):
+    """Hydra's basic sweeper, whose ``validate_batch_is_legal`` composes every point of a batch before launching
+    it; tprimat's launchers compose every point before launching anything too (``prepare``: a composition error
+    stops the sweep there, with Hydra's own exception), so under them each point is composed once, not twice. Any
+    other launcher keeps Hydra's check."""
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        if not isinstance(self.launcher, TprimatSweepMixin):
+            super().validate_batch_is_legal(batch)
+
+
 class TprimatBasicLauncher(TprimatSweepMixin):
     """Runs the valid points one after another in this process (Hydra's basic launcher, validated first)."""
 
@@ -77,12 +92,8 @@ class TprimatBasicLauncher(TprimatSweepMixin):
         returns = []
         for point in (p for p in points if p.status == "pending"):
             point.status = "launched"
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, point.overrides)
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = point.idx
-                sweep_config.hydra.job.num = point.idx
             returns.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                                   config=sweep_config, job_dir_key="hydra.sweep.dir",
+                                   config=point.config, job_dir_key="hydra.sweep.dir",
                                    job_subdir_key="hydra.sweep.subdir"))
         return self.finish(points, returns)
 
