@@ -23,7 +23,7 @@ from tprimat.results.metrics import summarize
 from tprimat.results.records import StepRecord
 from tprimat.results.result import validate_result, write_result
 
-RUN = ["training.max_steps=10", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled"]
+RUN = ["training.max_steps=10", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled", "training.seq_length=64"]
 
 
 @pytest.fixture(scope="module")
