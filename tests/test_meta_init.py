@@ -8,14 +8,9 @@ initialised single-process model that ``torch.chunk`` gives for its placement (D
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from tests.conftest import ROOT
 from tprimat.backends.native.init import canonical
 from tprimat.backends.native.model import Decoder
 from tprimat.backends.native.train import NativeTrainer
@@ -25,37 +20,29 @@ from tprimat.spec.build import build_spec
 from tprimat.spec.plan import make_plan
 
 BASE = ["platform=cpu", "training.precision=fp32", "platform.devices_per_node=2"]
-RANK = r"""
-import json, sys, torch
-import torch.distributed as dist
-from torch.distributed.tensor import DTensor
-from torch.testing._internal.distributed.fake_pg import FakeStore
-from tprimat.backends.native.init import canonical
-from tprimat.backends.native.model import Decoder
-from tprimat.backends.native.train import NativeTrainer
-from tprimat.compose import compose
-from tprimat.measure.devices import detect
-from tprimat.spec.build import build_spec
-from tprimat.spec.plan import make_plan
+def rank_shards(overrides: list, rank: int) -> dict:
+    """In a process of its own (``in_fresh_process``): ``rank`` of a 2-rank world over the fake process group,
+    each of its parameters' placement and whether its local shard equals the eager model's slice."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-overrides, rank = json.loads(sys.argv[1]), int(sys.argv[2])
-hw = detect()
-spec = build_spec(compose(overrides), hw)
-eager = dict(Decoder(spec.model, spec.training.seed).named_parameters())
-dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
-trainer = NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
-out = {}
-for name, param in trainer.model.named_parameters():
-    full = eager[canonical(name)].detach()
-    if isinstance(param, DTensor):
-        [placement] = param.placements
-        expected = torch.chunk(full, param.device_mesh.size(), dim=placement.dim)[param.device_mesh.get_local_rank()]
-        local = param.to_local().detach()
-    else:
-        expected, local = full, param.detach()
-    out[canonical(name)] = [str(param.placements) if isinstance(param, DTensor) else "local", torch.equal(local, expected)]
-print(json.dumps(out))
-"""
+    hw = detect()
+    spec = build_spec(compose(overrides), hw)
+    eager = dict(Decoder(spec.model, spec.training.seed).named_parameters())
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+    trainer = NativeTrainer(spec, make_plan(spec, hw), torch.device("cpu"))
+    out = {}
+    for name, param in trainer.model.named_parameters():
+        full = eager[canonical(name)].detach()
+        if isinstance(param, DTensor):
+            [placement] = param.placements
+            expected = torch.chunk(full, param.device_mesh.size(), dim=placement.dim)[param.device_mesh.get_local_rank()]
+            local = param.to_local().detach()
+        else:
+            expected, local = full, param.detach()
+        out[canonical(name)] = [str(param.placements) if isinstance(param, DTensor) else "local", torch.equal(local, expected)]
+    return out
 
 
 def test_a_single_process_built_on_meta_equals_the_eager_model():
@@ -74,10 +61,10 @@ def test_a_single_process_built_on_meta_equals_the_eager_model():
                                             (["parallelism.pp=2"], None)])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_every_rank_holds_its_slice_of_the_single_process_model(layout, sharded, rank):
-    proc = subprocess.run([sys.executable, "-c", RANK, json.dumps([*BASE, *layout]), str(rank)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    params = json.loads(proc.stdout.strip().splitlines()[-1])
+    from tprimat.backends.native.deep import in_fresh_process
+
+    ok, params = in_fresh_process(rank_shards, ([*BASE, *layout], rank), timeout_s=300)
+    assert ok, params
     assert params and all(equal for _, equal in params.values()), params
     if sharded:
         assert any(sharded in placement for placement, _ in params.values())
@@ -217,24 +204,24 @@ def test_the_activation_estimate_matches_the_traced_layout(layout):
     assert activation_bytes(spec, plan.grad_accum_steps, in_flight=1) == pytest.approx(traced, rel=0.05)
 
 
-DEPTH_CHECK = """
-import json, sys, torch, torch.distributed as dist
-from torch.testing._internal.distributed.fake_pg import FakeStore
-from tprimat.backends.native.deep import trace_by_depth
-from tprimat.backends.native.parallelize import make_layout
-from tprimat.spec.build import build_spec
-from tprimat.spec.detect import DetectedHardware
-from tprimat.spec.plan import make_plan
-spec = build_spec(json.loads(sys.argv[1]))
-plan = make_plan(spec, DetectedHardware("cpu", "fake world", 1, 0.0, None))
-dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world_size)
-layout = make_layout(plan, torch.device("cpu"))
-from tprimat.spec.schema import ac_period
-period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
-whole, _ = trace_by_depth(spec, layout, depths=(spec.model.num_layers, spec.model.num_layers))
-extrapolated, _ = trace_by_depth(spec, layout, depths=(period, 2 * period))
-print(json.dumps([whole, extrapolated]))
-"""
+def whole_and_extrapolated(spec_dict: dict) -> list:
+    """In a process of its own: rank 0's stage traced at its whole depth and extrapolated from two shallow ones."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from tprimat.backends.native.deep import trace_by_depth
+    from tprimat.backends.native.parallelize import make_layout
+    from tprimat.spec.detect import DetectedHardware
+    from tprimat.spec.schema import ac_period
+
+    spec = build_spec(spec_dict)
+    plan = make_plan(spec, DetectedHardware("cpu", "fake world", 1, 0.0, None))
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan.world_size)
+    layout = make_layout(plan, torch.device("cpu"))
+    period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
+    whole, _ = trace_by_depth(spec, layout, depths=(spec.model.num_layers, spec.model.num_layers))
+    extrapolated, _ = trace_by_depth(spec, layout, depths=(period, 2 * period))
+    return [whole, extrapolated]
 
 
 @pytest.mark.slow
@@ -244,10 +231,11 @@ def test_activations_extrapolated_in_depth_equal_the_whole_trace(recompute):
     extrapolates to its depth; here an 8-layer model traced whole gives the same peak."""
     _, _, spec_dict = _spec_dict(["platform=cpu", "platform.devices_per_node=2", "parallelism.tp=2",
                                   "model.num_layers=8", f"training.activation_checkpointing={recompute}"])
-    proc = subprocess.run([sys.executable, "-c", DEPTH_CHECK, json.dumps(spec_dict)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    whole, extrapolated = json.loads(proc.stdout.strip().splitlines()[-1])
+    from tprimat.backends.native.deep import in_fresh_process
+
+    ok, traced = in_fresh_process(whole_and_extrapolated, (spec_dict,), timeout_s=600)
+    assert ok, traced
+    whole, extrapolated = traced
     assert whole > 0 and extrapolated == pytest.approx(whole, rel=1e-3)
 
 
@@ -265,3 +253,19 @@ def test_the_deep_check_counts_the_schedules_micro_batches_in_flight():
     assert made["memory_measured_gib"] == pytest.approx(8.0 + 3.0 * 4 + 1.0)  # 21.0
     assert made["memory_measured_one_micro_batch_gib"] == pytest.approx(8.0 + 3.0 + 1.0)  # 12.0
     assert made["memory_measured"]["micro_batches_in_flight"] == 4
+
+
+def test_a_role_process_that_dies_or_hangs_is_one_line():
+    """A process forked for a role that exits before answering (as a crash in native code would) is named by its
+    exit code; one that does not answer in time is killed and named by the limit; an exception is its own line."""
+    import os
+    import time
+
+    from tprimat.backends.native.deep import in_fresh_process
+
+    assert in_fresh_process(os._exit, (3,), timeout_s=60) == (False, "exit 3")
+    started = time.monotonic()
+    assert in_fresh_process(time.sleep, (60,), timeout_s=0.5) == (False, "no answer within 0.5 s")
+    assert time.monotonic() - started < 30  # killed, not waited for
+    assert in_fresh_process(int, ("x",), timeout_s=60) == (False, "ValueError: invalid literal for int() with base 10: 'x'")
+    assert in_fresh_process(divmod, (7, 2), timeout_s=60) == (True, (3, 1))

@@ -4,21 +4,25 @@ no-ops) with the model on the meta device (nothing is allocated). What it measur
 sharded modules: the local shard of every parameter as TP, FSDP2 and the pipeline split left it. A layout that
 cannot build (a DTensor placement error, an uneven split) fails here with the framework's own reason.
 
-Run one role per process (``python -m tprimat.backends.native.deep SPEC_JSON RANK``): a process group and its
-device meshes are process-wide state.
+One role per process: a process group and its device meshes are process-wide state. The processes are forked
+from one forkserver that has imported torch and the native backend once (``ROLE_PRELOAD``), so a role costs its
+build, not a fresh interpreter's imports (about 2.5 s of CPU each); the forkserver never ran a step, so each
+child starts with no process group, mesh or thread pool. ``python -m tprimat.backends.native.deep SPEC_JSON
+RANK`` measures one role from a shell.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
-import subprocess
+import multiprocessing
 import sys
+import traceback
 from typing import Optional
 
 GIB = 2**30
-RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")  # torch.distributed's prefix on a rank's traceback lines
+ROLE_PRELOAD = ["torch", "torch.distributed.tensor", "torch.testing._internal.distributed.fake_pg",
+                "tprimat.backends.native.model", "tprimat.backends.native.parallelize", "tprimat.spec.plan"]
 
 
 def role_ranks(pp: int, dp: int, tp: int) -> list[int]:
@@ -150,14 +154,51 @@ def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, activations: bool = T
     return roles, None
 
 
+def role_context():
+    """The forkserver the roles are forked from (started on first use, kept for this process's later checks)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(ROLE_PRELOAD)
+    return context
+
+
+def answer(conn, function, args: tuple) -> None:
+    """In the forked process: (True, ``function(*args)``) or (False, the exception's last traceback line)."""
+    try:
+        conn.send((True, function(*args)))
+    except BaseException as error:  # noqa: BLE001 - whatever failed goes back as one line
+        conn.send((False, traceback.format_exception_only(error)[-1].strip()))
+    finally:
+        conn.close()
+
+
+def in_fresh_process(function, args: tuple, timeout_s: float, name: str = "tprimat-role") -> tuple[bool, object]:
+    """``function(*args)`` (picklable, as its answer) in a process of its own forked from the preloaded
+    forkserver: (True, its answer) or (False, its failure in one line: the exception, no answer in time, or the
+    exit code of a process that died before answering)."""
+    context = role_context()
+    receive, send = context.Pipe(duplex=False)
+    proc = context.Process(target=answer, args=(send, function, args), name=name)
+    proc.start()
+    send.close()
+    answered = False
+    try:
+        answered = receive.poll(timeout_s)  # True at an answer, and at the pipe's end (the process died)
+        ok, got = receive.recv() if answered else (False, f"no answer within {timeout_s:g} s")
+    except EOFError:  # it died before answering: a crash in native code, a kill
+        ok, got = False, None
+    finally:
+        receive.close()
+        proc.join(30 if answered else 0)  # an answered process is exiting
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return (ok, got) if ok or got else (False, f"exit {proc.exitcode}")
+
+
 def build_role(spec_dict: dict, rank: int, activations: bool, timeout_s: float) -> tuple[Optional[dict], Optional[str]]:
     """One role's measurement in its own process, or the layout's failure in one line."""
-    argv = [sys.executable, "-m", "tprimat.backends.native.deep", json.dumps(spec_dict), str(rank), str(activations)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        lines = [RANK_PREFIX.sub("", line) for line in proc.stderr.strip().splitlines() if line.strip()]
-        return None, f"rank {rank} cannot build its layout: {lines[-1] if lines else 'exit ' + str(proc.returncode)}"
-    return json.loads(proc.stdout.strip().splitlines()[-1]), None
+    ok, got = in_fresh_process(measure_rank, (spec_dict, rank, activations), timeout_s, f"deep-check-rank{rank}")
+    return (got, None) if ok else (None, f"rank {rank} cannot build its layout: {got}")
 
 
 def measured_memory(roles: list[dict], overhead_gib: float, in_flight: float = 1) -> dict:
