@@ -22,7 +22,8 @@ from typing import Optional
 
 GIB = 2**30
 ROLE_PRELOAD = ["torch", "torch.distributed.tensor", "torch.testing._internal.distributed.fake_pg",
-                "tprimat.backends.native.model", "tprimat.backends.native.parallelize", "tprimat.spec.plan"]
+                "torch._subclasses.fake_tensor", "torch.distributed._tools.mem_tracker",  # imports torch._dynamo
+                "tprimat.backends.native.train", "tprimat.backends.native.parallelize", "tprimat.spec.plan"]
 
 
 def role_ranks(pp: int, dp: int, tp: int) -> list[int]:
