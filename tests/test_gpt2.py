@@ -138,21 +138,37 @@ def test_the_gpt2_activation_estimate_matches_the_traced_layout(layout):
     assert activation_bytes(spec, plan.grad_accum_steps, in_flight=1) == pytest.approx(traced, rel=0.05)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", [["platform.devices_per_node=2"],
-                                    ["platform.devices_per_node=2", "parallelism.fsdp=true"],
-                                    ["platform.devices_per_node=2", "parallelism.tp=2"],
-                                    ["platform.devices_per_node=2", "parallelism.pp=2", "model.tie_embeddings=false"],
-                                    ["framework=transformers"], ["framework=deepspeed", "parallelism.zero_stage=2"]],
-                         ids=["ddp", "fsdp", "tp", "pp", "transformers", "deepspeed"])
-def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_path, layout):
+TIED_LAYOUTS = {"ddp": ["parallelism.tp=1"], "tp": ["parallelism.tp=2"], "fsdp": ["parallelism.fsdp=true"]}
+
+
+def launch_gpt2_tiny(tmp_path, *layout):
+    """``python launch.py`` of GPT-2 tiny, 5 steps on this CPU; its result."""
     from tests.conftest import run_launch
 
     proc = run_launch(tmp_path, "model=gpt2_tiny", "platform=cpu", "training.max_steps=5", "benchmark.warmup_steps=1",
                       "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled", *layout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return read_result(tmp_path / "result.json")
 
-    steps = read_result(tmp_path / "result.json")["steps"]
+
+@pytest.fixture(scope="module")
+def tied_layouts(tmp_path_factory):
+    """GPT-2 tiny under DDP, TP and FSDP2 on two ranks, fp32 (read by the strategy and the tie tests)."""
+    return {name: launch_gpt2_tiny(tmp_path_factory.mktemp(name), "platform.devices_per_node=2",
+                                   "training.precision=fp32", *layout)
+            for name, layout in TIED_LAYOUTS.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [None, None, None,
+                                    ["platform.devices_per_node=2", "parallelism.pp=2", "model.tie_embeddings=false"],
+                                    ["framework=transformers"], ["framework=deepspeed", "parallelism.zero_stage=2"]],
+                         ids=["ddp", "fsdp", "tp", "pp", "transformers", "deepspeed"])
+def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_path, request, layout):
+    """ddp, fsdp and tp: the tie test's fp32 runs (``tied_layouts``); the others launched here."""
+    name = request.node.callspec.id
+    result = request.getfixturevalue("tied_layouts")[name] if layout is None else launch_gpt2_tiny(tmp_path, *layout)
+    steps = result["steps"]
     assert steps[-1]["loss"] < steps[0]["loss"]
 
 
@@ -178,25 +194,13 @@ def test_a_tied_model_stays_tied_through_meta_initialisation():
 
 
 @pytest.mark.slow
-def test_tensor_parallel_and_fsdp_keep_the_tie_and_the_losses_of_data_parallel(tmp_path):
+def test_tensor_parallel_and_fsdp_keep_the_tie_and_the_losses_of_data_parallel(tied_layouts):
     """Under tp=2 the output head shares the vocabulary-sharded embedding (as Megatron's tied embedding does), and
     FSDP2 shards the one tied parameter: the same model as DDP's, so the same losses from the same initial
     values, and no untied warning. fp32 pinned: a layout's different reduction order moves bf16 losses by its
     rounding (about 1e-5 relative), which would hide a real difference at this tolerance."""
-
-    from tests.conftest import run_launch
-
-    losses, warnings = {}, {}
-    for name, layout in (("ddp", "parallelism.tp=1"), ("tp", "parallelism.tp=2"), ("fsdp", "parallelism.fsdp=true")):
-        out = tmp_path / name
-        out.mkdir()
-        proc = run_launch(out, "model=gpt2_tiny", "platform=cpu", "training.max_steps=3", "benchmark.warmup_steps=1",
-                          "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled",
-                          "platform.devices_per_node=2", "training.precision=fp32", layout)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        result = read_result(out / "result.json")
-        losses[name], warnings[name] = [s["loss"] for s in result["steps"]], result["warnings"]
-        assert result["framework"]["effective"]["embeddings_tied"] is True
+    losses = {name: [s["loss"] for s in result["steps"]] for name, result in tied_layouts.items()}
+    assert all(result["framework"]["effective"]["embeddings_tied"] is True for result in tied_layouts.values())
     assert losses["tp"] == pytest.approx(losses["ddp"], rel=1e-5) and losses["fsdp"] == pytest.approx(losses["ddp"],
                                                                                                       rel=1e-5)
-    assert not any("tie_embeddings" in w for ws in warnings.values() for w in ws)
+    assert not any("tie_embeddings" in w for result in tied_layouts.values() for w in result["warnings"])
