@@ -255,15 +255,22 @@ def test_the_deep_check_counts_the_schedules_micro_batches_in_flight():
     assert made["memory_measured"]["micro_batches_in_flight"] == 4
 
 
+def die(code: int) -> None:
+    """A process that ends before it answers, as a crash in native code would (by name: under coverage's patch
+    ``os._exit`` itself is a local function, which pickle cannot send)."""
+    import os
+
+    os._exit(code)
+
+
 def test_a_role_process_that_dies_or_hangs_is_one_line():
     """A process forked for a role that exits before answering (as a crash in native code would) is named by its
     exit code; one that does not answer in time is killed and named by the limit; an exception is its own line."""
-    import os
     import time
 
     from tprimat.backends.native.deep import in_fresh_process
 
-    assert in_fresh_process(os._exit, (3,), timeout_s=60) == (False, "exit 3")
+    assert in_fresh_process(die, (3,), timeout_s=60) == (False, "exit 3")
     started = time.monotonic()
     assert in_fresh_process(time.sleep, (60,), timeout_s=0.5) == (False, "no answer within 0.5 s")
     assert time.monotonic() - started < 30  # killed, not waited for
