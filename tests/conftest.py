@@ -95,7 +95,12 @@ def cores_per_worker() -> int:
     """Each of pytest-xdist's workers gets its share of the cores for torch's threads, in this process and in the
     processes it starts (OMP_NUM_THREADS): two workers of two threads each on two cores oversubscribe them, and
     spinning OpenMP threads then slow every tiny step many times over."""
-    return max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    return max(1, cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, which a container's cpuset narrows), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def use_threads(threads: int) -> None:
@@ -130,7 +135,7 @@ def pytest_runtest_protocol(item, nextitem):
         if not exclusive:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         else:  # alone on the machine: every core
-            use_threads(os.cpu_count() or 1)
+            use_threads(cores())
         try:
             yield
         finally:

@@ -101,8 +101,9 @@ def test_invalid_points_are_recorded_and_never_launched_and_a_summary_is_saved(t
 @pytest.mark.slow
 def test_a_point_that_cannot_compose_stops_the_sweep_before_any_point_is_written(tmp_path):
     """Hydra's own composition error, naming the missing option, and no point written or run (tprimat's sweeper
-    leaves that check to the launcher, which composes every point before preparing any)."""
-    proc = sweep(tmp_path / "s", "model=llama_tiny,nope", *QUICK_RUN)
+    leaves that check to the launcher, which composes every point before preparing any): the first point composes
+    but is invalid (tp=2 on one device), so preparing it before composing the second would leave its result."""
+    proc = sweep(tmp_path / "s", "model=llama_tiny,nope", "parallelism.tp=2", *QUICK_RUN)
     assert proc.returncode == 1 and "Could not find 'model/nope'" in proc.stderr, proc.stderr[-2000:]
     assert [p.name for p in (tmp_path / "s").iterdir() if not p.name.startswith(".")] == ["multirun.yaml"]  # its claim aside
 

@@ -167,7 +167,8 @@ def answer(conn, function, args: tuple) -> None:
     try:
         conn.send((True, function(*args)))
     except BaseException as error:  # noqa: BLE001 - whatever failed goes back as one line
-        conn.send((False, traceback.format_exception_only(error)[-1].strip()))
+        last = traceback.format_exception_only(type(error), error)[-1]  # "Type: message", as a traceback ends
+        conn.send((False, " ".join(part.strip() for part in last.splitlines() if part.strip())))
     finally:
         conn.close()
 
@@ -175,31 +176,38 @@ def answer(conn, function, args: tuple) -> None:
 def in_fresh_process(function, args: tuple, timeout_s: float, name: str = "tprimat-role") -> tuple[bool, object]:
     """``function(*args)`` (picklable, as its answer) in a process of its own forked from the preloaded
     forkserver: (True, its answer) or (False, its failure in one line: the exception, no answer in time, or the
-    exit code of a process that died before answering)."""
+    exit code of a process that died before answering). The process inherits the forkserver's environment (as
+    it was when the forkserver started) and writes to this process's terminal."""
     context = role_context()
     receive, send = context.Pipe(duplex=False)
     proc = context.Process(target=answer, args=(send, function, args), name=name)
-    proc.start()
-    send.close()
     answered = False
     try:
+        proc.start()
+        send.close()
         answered = receive.poll(timeout_s)  # True at an answer, and at the pipe's end (the process died)
         ok, got = receive.recv() if answered else (False, f"no answer within {timeout_s:g} s")
     except EOFError:  # it died before answering: a crash in native code, a kill
         ok, got = False, None
     finally:
         receive.close()
-        proc.join(30 if answered else 0)  # an answered process is exiting
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        send.close()  # both ends closed even where start() raised (a function or argument pickle cannot send)
+        if proc.pid is not None:
+            proc.join(30 if answered else 0)  # an answered process is exiting
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
     return (ok, got) if ok or got else (False, f"exit {proc.exitcode}")
 
 
 def build_role(spec_dict: dict, rank: int, activations: bool, timeout_s: float) -> tuple[Optional[dict], Optional[str]]:
     """One role's measurement in its own process, or the layout's failure in one line."""
     ok, got = in_fresh_process(measure_rank, (spec_dict, rank, activations), timeout_s, f"deep-check-rank{rank}")
-    return (got, None) if ok else (None, f"rank {rank} cannot build its layout: {got}")
+    if ok:
+        return got, None
+    if str(got).startswith("no answer"):  # slow or stuck, not a layout's refusal
+        return None, f"rank {rank} of the deep check gave {got} (a loaded machine, or a hang)"
+    return None, f"rank {rank} cannot build its layout: {got}"
 
 
 def measured_memory(roles: list[dict], overhead_gib: float, in_flight: float = 1) -> dict:
