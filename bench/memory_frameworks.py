@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,9 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from families import family_median  # noqa: E402
 
 from tprimat.compose import compose  # noqa: E402
 from tprimat.spec import memory  # noqa: E402
@@ -298,7 +300,7 @@ def main() -> None:
                   f"{est.weights_gib + est.grads_gib + est.optimizer_gib:.2f}, activations {est.activations_gib:.2f}), "
                   f"measured {got:.2f} GiB ({case.measure}), error {error:+.1%}; source: {case.source}"
                   + (f"; {case.note}" if case.note else ""))
-        medians[quoted] = family_median([(case, error) for case, _, _, error, _ in part])
+        medians[quoted] = family_median([(case.family or case.name, error) for case, _, _, error, _ in part])
         families = len({case.family or case.name for case, *_ in part})
         print(f"{'quoted' if quoted else 'measured'}: median |error| {medians[quoted]:.4f} over {families} families "
               f"(near-duplicates once) of {len(part)} cases, "
@@ -313,12 +315,6 @@ def main() -> None:
     print(f"framework_memory_median_abs_error={medians[False]:.4f}")
 
 
-def family_median(errors: list) -> float:
-    """The median |error| over families: a family's error is the median of its members' (near-duplicates once)."""
-    families: dict = {}
-    for case, error in errors:
-        families.setdefault(case.family or case.name, []).append(abs(error))
-    return statistics.median(statistics.median(v) for v in families.values()) if families else float("nan")
 
 if __name__ == "__main__":
     main()

@@ -1,23 +1,25 @@
 """How close ``tprimat project`` comes to published throughput, and to tprimat's own CPU runs.
 
-Every published row of the reference table (per-GPU tokens/s of Llama 3 / 3.1 8B and 70B on H100, H200, B200
-and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the spec can express (the GPU,
+Every row of the tables the bench cites (per-GPU tokens/s of Llama 2 / 3 / 3.1 and GPT-3 models on H100, H200,
+B200 and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the spec can express (the GPU,
 model, precision, GPU count, batch and layout, and the hardware the source states: torchtitan's H100s are the
-96 GB HBM2e part at a 500 W cap) is projected from the hardware table's published ceilings and the stacks'
-published kernel figures (``tprimat.spec.kernels``); nothing is fitted to these rows. Rows it cannot express are
-listed with the reason. Then rows of the same sources' other tables, never looked at while the stack facts were
-written (``held_out_median_abs_error``). Then configs of tprimat's
-native trainer on this CPU (tiny to 100 M parameters, seq 256-1024, 1 and 2 ranks, DDP, FSDP, TP, PP, recompute
-off, full and selective) are each projected from their measured slice (four short runs at one recompute unit or
-half the stage's layers x pp or half the step's micro batches) and run for real, whole, in the same three to five
-interleaved rounds of 12 steps (10 measured), each run's fastest round against the spec's:
-``tprimat project --measure --verify``.
+96 GB HBM2e part) is projected from the hardware table's published ceilings and the stacks' published kernel
+figures (``tprimat.spec.kernels``); nothing is fitted to these rows. Each row is scored (``bench/projection_rows.py``:
+the rows the method was developed against) or held out (``bench/held_out_3.py``: committed on its own before it was
+first scored); near-duplicates (one configuration at another GPU count or software version) share a family and
+count once; the rows it cannot express are listed with why. Each median is printed again with each modelled
+effect taken away (the stacks' attention kernels, torchtitan's op SAC). Then configs of tprimat's native trainer on
+this CPU (tiny to 100 M parameters, seq 256-1024, 1 and 2 ranks, DDP, FSDP, TP, PP, recompute off, full and
+selective) are each projected from their measured slice (four short runs at one recompute unit or half the stage's
+layers x pp or half the step's micro batches) and run for real, whole, in the same three to five interleaved
+rounds of 12 steps (10 measured), each run's fastest round against the spec's: ``tprimat project --measure
+--verify``.
 
-Prints one line per anchor (predicted, published or measured, error = predicted / reference - 1),
-``held_out_median_abs_error=<x>`` over the held-out rows, ``cpu_median_abs_error=<x>`` over the CPU configs
-(measured slice against the full run), ``cpu_held_out_median_abs_error=<x>`` over CPU configs the slice was never
-developed against, and last
-``projection_median_abs_error=<x>`` over the published rows (the roofline).
+Prints one line per row (predicted, published or measured, error = predicted / reference - 1),
+``held_out_median_abs_error=<x>`` over the held-out families, ``cpu_median_abs_error=<x>`` over the CPU configs
+(measured slice against the full run), ``cpu_held_out_median_abs_error=<x>`` over the second CPU set (scored three
+times while the method changed: a development set, the name kept as an interface), and last
+``projection_median_abs_error=<x>`` over the scored families (the roofline).
 
     python bench/projection.py [--no-cpu] [--only N] [--cpu-set bench|held-out|all]
     python bench/projection.py --held-out-2   # bench/held_out_2.py alone, scored once: held_out_2_cpu_median_abs_error=<x>
@@ -26,101 +28,31 @@ developed against, and last
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from families import family_median  # noqa: E402
+from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
 
 from tprimat.compose import compose  # noqa: E402
 from tprimat.execute.prepare import prepare  # noqa: E402
 from tprimat.execute.project import projection_of  # noqa: E402
+from tprimat.spec import kernels  # noqa: E402
 from tprimat.spec.build import build_spec  # noqa: E402
 from tprimat.spec.detect import DetectedHardware, cpu_precision  # noqa: E402
 from tprimat.spec.plan import make_plan  # noqa: E402
 
-SEQ = "training.seq_length=8192"
-MB = "Megatron-Bridge docs/performance-summary-archive.md (25.11)"
-TITAN = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
-
-
-def nodes(gpus: int) -> list[str]:
-    return [f"platform.devices_per_node={min(gpus, 8)}", f"platform.nodes={max(gpus // 8, 1)}"]
-
-
-def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, source, model="llama", framework="megatron"):
-    overrides = [f"platform={platform}", f"platform.gpu={gpu}", f"model={model}", f"framework={framework}",
-                 SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
-                 f"training.precision={precision}", *nodes(gpus), *layout]
-    return {"name": name, "overrides": overrides, "published": published, "source": source}
-
-
-FSDP, SEL, COMPILE = "parallelism.fsdp=true", "training.activation_checkpointing=selective", "training.compile=true"
-# torchtitan's H100 benchmarks ran on Grand Teton hosts: 96 GB HBM2e at 2.4 TB/s, at the default 500 W power limit
-GRAND_TETON = ["platform.power_limit_w=500"]
-ANCHORS = [
-    row("H100 8B FP8 FSDP, Megatron-Bridge", "h100", "nvidia", 8, 128, 1, "fp8", [FSDP, "parallelism.zero_stage=0"], 14451,
-        MB),  # Megatron FSDP shards everything: not with the recipe's distributed optimizer
-    row("H100 8B FP8 CP2, NeMo 24.07", "h100", "nvidia", 8, 128, 1, "fp8", ["parallelism.cp=2"], 12036,
-        "NVIDIA/NeMo docs/source/performance/performance_summary.md (24.07)", framework="nemo"),
-    row("H100 8B BF16 FSDP, torchtitan", "h100_96gb", "nvidia", 8, 16, 2, "bf16", [FSDP, SEL, *GRAND_TETON], 5762,
-        TITAN, framework="torchtitan"),
-    row("H100 8B BF16 FSDP+compile, torchtitan", "h100_96gb", "nvidia", 8, 16, 2, "bf16",
-        [FSDP, SEL, COMPILE, *GRAND_TETON], 6667, TITAN, framework="torchtitan"),
-    row("H100 8B FP8 FSDP+compile, torchtitan", "h100_96gb", "nvidia", 8, 16, 2, "fp8",
-        [FSDP, SEL, COMPILE, *GRAND_TETON], 8532, TITAN, framework="torchtitan"),
-    row("H100 70B BF16 FSDP32 TP8 (vanilla TP)+compile, torchtitan", "h100_96gb", "nvidia", 256, 512, 16, "bf16",
-        [FSDP, "parallelism.tp=8", "parallelism.sequence_parallel=true", "training.activation_checkpointing=full",
-         COMPILE, *GRAND_TETON], 597, "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md",
-        model="llama70b", framework="torchtitan"),
-    row("H200 8B FP8 FSDP+compile x32, torchtitan", "h200", "nvidia", 32, 64, 2, "fp8", [FSDP, SEL, COMPILE], 10938,
-        "torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md", framework="torchtitan"),
-    row("H200 8B FP8 CP2 x64, MLPerf v5.1", "h200", "nvidia", 64, 32, 1, "fp8", ["parallelism.cp=2"], 11570,
-        "mlcommons/training_results_v5.1 HPE XD670 H200 llama31_8b (derived from step times)", framework="nemo"),
-    row("H100 70B FP8 TP4 PP8 VP5, Megatron-Bridge", "h100", "nvidia", 64, 256, 1, "fp8",
-        ["parallelism.tp=4", "parallelism.pp=8", "parallelism.vp=5", "parallelism.sequence_parallel=true"], 1664,
-        "Megatron-Bridge docs/performance-summary-archive.md (26.04.01)", model="llama70b"),
-    row("H100 70B FP8 TP4 PP4 CP2 VP5, NeMo 24.07", "h100", "nvidia", 64, 128, 1, "fp8",
-        ["parallelism.tp=4", "parallelism.pp=4", "parallelism.cp=2", "parallelism.vp=5",
-         "parallelism.sequence_parallel=true"], 1533, "NVIDIA/NeMo docs/source/performance/performance_summary.md (24.07)",
-        model="llama70b", framework="nemo"),
-    row("B200 8B FP8 DP, Megatron-Bridge", "b200", "nvidia", 8, 128, 2, "fp8", [], 30624, MB),
-    row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
-        "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
-]
-ASYNC_TP, FULL = "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md", "training.activation_checkpointing=full"
-TP8 = ["parallelism.tp=8", "parallelism.sequence_parallel=true"]
-# Rows the stack facts above were never checked against while they were written: the same sources' other tables
-HELD_OUT = [
-    row("H100 8B BF16 FSDP x128, torchtitan", "h100_96gb", "nvidia", 128, 256, 2, "bf16", [FSDP, SEL, *GRAND_TETON],
-        5605, TITAN, framework="torchtitan"),
-    row("H100 8B BF16 FSDP+compile x128, torchtitan", "h100_96gb", "nvidia", 128, 256, 2, "bf16",
-        [FSDP, SEL, COMPILE, *GRAND_TETON], 6514, TITAN, framework="torchtitan"),
-    row("H100 8B FP8 FSDP+compile x128, torchtitan", "h100_96gb", "nvidia", 128, 256, 2, "fp8",
-        [FSDP, SEL, COMPILE, *GRAND_TETON], 8380, TITAN, framework="torchtitan"),
-    row("H100 8B FP8 FSDP8 seq 32k full AC, torchtitan", "h100_96gb", "nvidia", 8, 8, 1, "fp8",
-        [FSDP, FULL, COMPILE, *GRAND_TETON, "training.seq_length=32768"], 3890, TITAN, framework="torchtitan"),
-    row("H100 8B FP8 FSDP4 CP2 seq 64k full AC, torchtitan", "h100_96gb", "nvidia", 8, 4, 1, "fp8",
-        [FSDP, FULL, COMPILE, *GRAND_TETON, "training.seq_length=65536", "parallelism.cp=2"], 2540, TITAN,
-        framework="torchtitan"),
-    row("H100 8B BF16 FSDP8 TP8 (vanilla TP) x64, torchtitan", "h100_96gb", "nvidia", 64, 96, 12, "bf16",
-        [FSDP, SEL, COMPILE, *GRAND_TETON, *TP8], 4378, ASYNC_TP, framework="torchtitan"),
-    row("H100 8B FP8 tensorwise FSDP8 TP8 (vanilla TP) x64, torchtitan", "h100_96gb", "nvidia", 64, 96, 12, "fp8",
-        [FSDP, SEL, COMPILE, *GRAND_TETON, *TP8], 5078, ASYNC_TP, framework="torchtitan"),
-    row("H100 70B FP8 TP4 PP8 VP5, Megatron-Bridge 26.04", "h100", "nvidia", 64, 256, 1, "fp8",
-        ["parallelism.tp=4", "parallelism.pp=8", "parallelism.vp=5", "parallelism.sequence_parallel=true"], 1633,
-        "Megatron-Bridge docs/performance-summary.md (26.04)", model="llama70b"),
-]
-NOT_EXPRESSIBLE = [
-    ("H100 70B BF16 / FP8 tensorwise FSDP32 TP8 async-TP, torchtitan (652 / 942)",
-     "async TP overlap is not modelled separately"),
-    ("GB200 8B NVFP4, MLPerf v5.1 (~40,400)", "GB200 and NVFP4 are not in the hardware table"),
-    ("MI300X / MI325X / MI355X cvs rows", "acceptance floors, not measurements"),
-]
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -184,20 +116,53 @@ def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, floa
     return name, p["tokens_per_s_per_device"], p["verified"]["tokens_per_s_per_device"], p["measure_time_s"]
 
 
-def published(anchors: list[dict]) -> list[float]:
-    """Print each row's projection against its published figure; the absolute errors."""
+def published(rows: list[dict], quiet: bool = False) -> list[tuple[str, float]]:
+    """Each row's projection against its published figure (printed unless ``quiet``): (family, error) pairs."""
     errors = []
-    for anchor in anchors:
-        p = project_row(anchor["overrides"])
+    for published_row in rows:
+        p = project_row(published_row["overrides"])
         if not p["available"]:
-            print(f"{anchor['name']}: not projected: {p['reason']}")
+            print(f"{published_row['name']}: not projected: {p['reason']}")
             continue
-        error = p["tokens_per_s_per_device"] / anchor["published"] - 1
-        errors.append(abs(error))
+        error = p["tokens_per_s_per_device"] / published_row["published"] - 1
+        errors.append((published_row["family"], error))
         note = f" ({p['note']})" if p.get("note") else ""
-        print(f"{anchor['name']}: predicted {p['tokens_per_s_per_device']:,.0f} tokens/s/GPU, published "
-              f"{anchor['published']:,}, error {error:+.1%}{note}  [{anchor['source']}]")
+        if not quiet:
+            print(f"{published_row['name']}: predicted {p['tokens_per_s_per_device']:,.0f} tokens/s/GPU, published "
+                  f"{published_row['published']:,}, error {error:+.1%}{note}  [{published_row['source']}]")
     return errors
+
+
+@contextmanager
+def attention_at_the_matmul_ceiling():
+    flat = {key: dataclasses.replace(k, fwd_tflops_h100=kernels.H100_MAMF_TFLOPS, bwd_tflops_h100=kernels.H100_MAMF_TFLOPS)
+            for key, k in kernels.KERNELS.items()}
+    with mock.patch.dict(kernels.KERNELS, flat):
+        yield
+
+
+@contextmanager
+def megatron_style_selective_recompute():
+    with mock.patch.object(kernels, "OP_SAC_FRAMEWORKS", ()):
+        yield
+
+
+# Each modelled effect, and what the projection does in its place when it is taken away
+EFFECTS = {"the stacks' attention kernels (attention at the matmul ceiling instead)": attention_at_the_matmul_ceiling,
+           "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute}
+
+
+def scored_set(label: str, rows: list[dict]) -> float:
+    """Print a set's rows, its median over families, and that median with each modelled effect taken away."""
+    errors = published(rows)
+    median = family_median(errors)
+    print(f"{label}: median |error| {median:.3f} over {len({f for f, _ in errors})} families (near-duplicates "
+          f"once) of {len(errors)} rows")
+    for effect, taken_away in EFFECTS.items():
+        with taken_away():
+            print(f"  without {effect}: {family_median(published(rows, quiet=True)):.3f}")
+    print(f"  power cap: not modelled ({kernels.POWER_CAP_NOTE})")
+    return median
 
 
 def cpu(runs: list[list[str]], label: str = "cpu_median_abs_error") -> None:
@@ -223,11 +188,15 @@ def main() -> None:
     if args.held_out_2:
         held_out_2()
         return
-    errors = published(ANCHORS)
+    median = scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED)
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
-    print("held out (the same sources' other tables):")
-    print(f"held_out_median_abs_error={statistics.median(published(HELD_OUT)):.3f}")
+    import held_out_3
+
+    print(f"held out: {held_out_3.__doc__.splitlines()[0]}")
+    held = scored_set("held out", [row(**r) for r in held_out_3.PUBLISHED])
+    print(f"held_out_median_abs_error={held:.3f}")
+
     def chosen(runs: list) -> list:
         return runs if args.only is None else [runs[args.only]]
 
@@ -235,18 +204,15 @@ def main() -> None:
         cpu(chosen(CPU_RUNS))
     if not args.no_cpu and args.cpu_set != "bench":
         cpu(chosen(CPU_HELD_OUT), "cpu_held_out_median_abs_error")
-    print(f"projection_median_abs_error={statistics.median(errors):.3f}")
+    print(f"projection_median_abs_error={median:.3f}")
 
 
 def held_out_2() -> None:
     """bench/held_out_2.py, committed before it was scored: its published rows, then its CPU configs."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import held_out_2 as second
 
-    rows = [row(r["name"], r["gpu"], r["platform"], r["gpus"], r["gbs"], r["mbs"], r["precision"], r["layout"],
-                r["published"], r["source"], framework=r["framework"]) for r in second.PUBLISHED]
-    errors = published(rows)
-    print(f"held_out_2_published_median_abs_error={statistics.median(errors):.3f}" if errors else
+    errors = published([row(**r) for r in second.PUBLISHED])
+    print(f"held_out_2_published_median_abs_error={family_median(errors):.3f}" if errors else
           "held_out_2_published_median_abs_error=nan (no row expressible)")
     cpu(second.CPU, "held_out_2_cpu_median_abs_error")
 

@@ -42,9 +42,14 @@ DEVICES: dict[str, DeviceSpec] = {
     for d in (
         DeviceSpec("a100", "nvidia", "NVIDIA A100 SXM", r"\bA100\b", 312.0, None, 19.5, 80, 400, None,
                    SPEC_SHEETS + " (NVIDIA A100 datasheet)"),
+        # TDP: the default power limit torchtitan's benchmark states for this part ("We used the default 500W power
+        # limit, although tuning it up to 700W TDP can ..."; footnote 2: "HBM2e-based SXM H100 with lower TDP").
+        # Peaks: the H100 SXM's, an upper bound: the same footnote puts the part's "between SXM and NVL" ("we don't
+        # know its exact value").
         DeviceSpec("h100_96gb", "nvidia", "NVIDIA H100 96GB HBM2e", r"\bH100\b.*\b9[46]\s*GB\b.*HBM2e", 989.4, 1978.9,
-                   67.0, 96, 700, None, SPEC_SHEETS + " (NVIDIA H100 datasheet; the 96 GB HBM2e part of Meta's Grand "
-                   "Teton hosts, pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md)"),
+                   67.0, 96, 500, None, SPEC_SHEETS + " (NVIDIA H100 SXM datasheet, an upper bound for this part: its "
+                   "peak is between SXM and NVL, exact value not published; 500 W default power limit and 700 W "
+                   "maximum: pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware and footnote 2)"),
         DeviceSpec("h100", "nvidia", "NVIDIA H100 SXM", r"\bH100\b", 989.4, 1978.9, 67.0, 80, 700, 2.99,
                    SPEC_SHEETS + " (NVIDIA H100 datasheet)", PRICE_NOTE_2026 + ": Lambda H100 SXM"),
         DeviceSpec("h200", "nvidia", "NVIDIA H200 SXM", r"\bH200\b", 989.4, 1978.9, 67.0, 141, 700, None,

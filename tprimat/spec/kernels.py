@@ -49,13 +49,13 @@ def attention_kernel(framework: str) -> AttentionKernel:
 # native trainer and DeepSpeed's checkpoint every k-th layer whole.
 OP_SAC_FRAMEWORKS = ("torchtitan",)
 OP_SAC_SOURCE = "torchtitan activation_checkpoint.py: save every other mm and attention, recompute the rest"
-# Power caps: below its TDP a GPU's sustained clock falls as the cube root of its power share (dynamic power
-# C V^2 f with the voltage following the clock along the DVFS curve); matmul and attention throughput follow the
-# clock, HBM bandwidth does not. A first-order model, stated as one in every projection that uses it.
-POWER_CAP_NOTE = "under a power cap, compute ceilings x (cap / TDP)^(1/3) (dynamic power ~ f^3); HBM unchanged"
+# Power caps are not modelled. How much training throughput a GPU keeps under a power cap is a measurement, and no
+# published one of LLM training throughput against the cap on the GPUs the table holds was found (2026-11-27): a
+# first-order law (clock ~ cube root of the power share) was tried and removed. A spec with
+# ``platform.power_limit_w`` below the TDP is projected as the uncapped device, and says so.
+POWER_CAP_NOTE = ("a power cap below the TDP is not modelled (no published measurement of training throughput "
+                  "against the cap): projected as the uncapped device")
 
 
-def power_cap_factor(limit_w: float | None, tdp_w: float) -> float:
-    if limit_w is None or limit_w >= tdp_w:
-        return 1.0
-    return (limit_w / tdp_w) ** (1.0 / 3.0)
+def power_capped(limit_w: float | None, tdp_w: float) -> bool:
+    return limit_w is not None and limit_w < tdp_w

@@ -11,7 +11,7 @@ Model, each assumption stated in the result's ``projection.assumptions``:
 - Linear layers run at the matmul ceiling of the training precision, attention (BF16, also under FP8) at what
   the stack's fused kernel was measured to reach (``tprimat.spec.kernels``: FlashAttention-2 under torch's SDPA,
   cuDNN under Transformer Engine), other operations at the memory bandwidth, one by one as eager PyTorch runs
-  them (compile's fusion is not modelled). A power cap below the TDP lowers the compute ceilings. Full
+  them (compile's fusion is not modelled). A power cap below the TDP is not modelled (stated when set). Full
   recompute repeats the layer's forward; selective recompute repeats attention (Megatron-style), every k-th
   layer (native, DeepSpeed) or every operation but attention and every other matmul (torchtitan's op SAC).
 - Collectives are rings: all-reduce moves 2(n-1)/n of the buffer, all-gather and reduce-scatter (n-1)/n, over
@@ -42,7 +42,6 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
-    kernels.POWER_CAP_NOTE,
 )
 
 
@@ -93,14 +92,13 @@ def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optio
     matmul, why = matmul_ceiling(spec, device)
     if matmul is None:
         return None, why
-    clock = kernels.power_cap_factor(spec.platform.power_limit_w, device.tdp_w)
-    capped = f", at {clock:.3f} of its clock under platform.power_limit_w={spec.platform.power_limit_w}" \
-        if clock < 1 else ""
+    capped = f" (platform.power_limit_w={spec.platform.power_limit_w:g} W: {kernels.POWER_CAP_NOTE})" \
+        if kernels.power_capped(spec.platform.power_limit_w, device.tdp_w) else ""
     (fwd, bwd), attention_source = attention_ceilings(spec, device)
-    return Ceilings(matmul * clock, fwd * clock, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
-                    {"matmul": why + capped, "attention": attention_source + capped, "memory": bandwidth.source,
+    return Ceilings(matmul, fwd, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
+                    {"matmul": why + capped, "attention": attention_source, "memory": bandwidth.source,
                      "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE},
-                    attention_bwd_tflops=bwd * clock), None
+                    attention_bwd_tflops=bwd), None
 
 
 def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[tuple[float, float], str]:
@@ -300,7 +298,13 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
             "ceilings": {"matmul_tflops": c.matmul_tflops, "attention_tflops": c.attention_tflops,
                          "memory_gb_s": c.memory_gb_s, "intra_node_gb_s": c.intra_node_gb_s,
                          "inter_node_gb_s": c.inter_node_gb_s, "op_overhead_s": c.op_overhead_s},
-            "sources": dict(c.sources), "assumptions": list(ASSUMPTIONS)}
+            "sources": dict(c.sources), "assumptions": [*ASSUMPTIONS, *power_cap_note(spec)]}
+
+
+def power_cap_note(spec: TprimatConf) -> list[str]:
+    device = hardware.lookup(spec.platform.gpu) if spec.platform.name != "cpu" else None
+    capped = device is not None and kernels.power_capped(spec.platform.power_limit_w, device.tdp_w)
+    return [f"platform.power_limit_w={spec.platform.power_limit_w:g} W: {kernels.POWER_CAP_NOTE}"] if capped else []
 
 
 def unavailable(reason: str) -> dict:
