@@ -42,7 +42,7 @@ def megatron_layout(tp=1, pp=1, cp=1, vp=1) -> list[str]:
 # Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): Llama 3.1 70B's family at another size
 L405B = ["model=llama70b", "model.name=llama405b", "model.num_layers=126", "model.hidden_size=16384",
          "model.ffn_hidden_size=53248", "model.num_attention_heads=128", "model.num_kv_heads=8",
-         "model.reference=meta-llama/Llama-3.1-405B config.json"]
+         "model.reference='meta-llama/Llama-3.1-405B config.json'"]
 
 
 def llama2(name, layers, hidden, ffn, heads, kv) -> list[str]:
@@ -51,7 +51,7 @@ def llama2(name, layers, hidden, ffn, heads, kv) -> list[str]:
     return ["model=llama", f"model.name={name}", f"model.num_layers={layers}", f"model.hidden_size={hidden}",
             f"model.ffn_hidden_size={ffn}", f"model.num_attention_heads={heads}", f"model.num_kv_heads={kv}",
             "model.vocab_size=32000", "model.rope_theta=10000.0", "model.rope_scaling_factor=null",
-            "model.max_position_embeddings=4096", f"model.reference=meta-llama/{name} config.json"]
+            "model.max_position_embeddings=4096", f"model.reference='meta-llama/{name} config.json'"]
 
 
 def gpt3(name, layers, hidden, heads) -> list[str]:
@@ -59,7 +59,7 @@ def gpt3(name, layers, hidden, heads) -> list[str]:
     positions, LayerNorm, GELU, biases, tied embeddings) at ffn 4h, 2,048 positions, GPT-2's vocabulary."""
     return ["model=gpt2", f"model.name={name}", f"model.num_layers={layers}", f"model.hidden_size={hidden}",
             f"model.ffn_hidden_size={4 * hidden}", f"model.num_attention_heads={heads}", f"model.num_kv_heads={heads}",
-            "model.max_position_embeddings=2048", f"model.reference=NeMo {name} (GPTConfig)"]
+            "model.max_position_embeddings=2048", f"model.reference='NeMo {name} (GPTConfig)'"]
 
 
 FSDP, SEL, COMPILE = "parallelism.fsdp=true", "training.activation_checkpointing=selective", "training.compile=true"
@@ -145,6 +145,14 @@ NOT_EXPRESSIBLE = [
      "LoRA adapters are not in the spec"),
     ("NeMo 24.07's later versions of the same table (vboost: 11883 / 1549; final: 12273 / 1524 for Llama 3 8B / 70B)",
      "versions of the rows above, counted once (the first)"),
+    ("Megatron-Bridge Llama 3.1 405B rows (H100 x1024 TP8 PP8 CP2 VP8: 292 in 25.11, 328 in 26.04.01; B200 x128 TP4 "
+     "PP8 CP2 VP8: 661 in 25.11)", "126 layers over pp=8 is Megatron's uneven split (embedding and loss counted as "
+     "layers: 128 units); the spec splits layers evenly"),
+    ("NeMo 24.07 GPT3-5B / 20B / 175B", "tprimat translates Llama-style decoders only for NeMo and Megatron-LM (the spec "
+     "refuses GPT-2 blocks under framework=nemo)"),
+    ("NeMo docs performance_long_sequence.md (Llama 2 7B on H100 with CP, 4k-1M tokens; Llama 3 8B on B200)",
+     "given as model TFLOP/s by a formula the page does not state (tokens/s depend on it, most at long sequences); "
+     "the B200 table's layouts do not multiply to its GPU counts"),
     ("MLPerf Training v5.1's other Llama 3.1 8B and Llama 2 70B LoRA systems", "scored by time to train, as MLPerf "
      "does, in tprimat compare (docs/ingest.md), not here"),
 ]
