@@ -15,7 +15,9 @@ from tprimat.spec.plan import make_plan
 @pytest.mark.parametrize("name,key", [
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"),
     ("NVIDIA A100-SXM4-80GB", "a100"), ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
-    ("AMD Instinct MI355X", "mi355x"), ("NVIDIA GeForce RTX 4090", None), ("AMD Radeon PRO W7900", None)])
+    ("AMD Instinct MI355X", "mi355x"), ("NVIDIA GeForce RTX 4090", None), ("AMD Radeon PRO W7900", None),
+    ("NVIDIA H100 PCIe", None), ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", "h200_nvl"), ("NVIDIA GB200", "gb200"),
+    ("NVIDIA B300 SXM6 AC", "b300")])
 def test_device_names_map_to_table_rows(name, key):
     assert device_key_from_name(name) == key
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tprimat.cli import main
 from tprimat.compare.time_to_train import from_results, olympic, read_all
+from tprimat.spec.hardware import BANDWIDTHS, DEVICES
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "mlperf_v5.1"
 # MLCommons' published scores (minutes), MLPerf Training v5.1 results table, for the three systems of ../shared
@@ -80,7 +81,8 @@ def run_log(minutes: float, status: str = "success", platform: str = "8xTEST") -
         mllog("run_stop", stop, samples_count=172032, status=status)]) + "\n"
 
 
-def repository(root: Path, minutes: list, statuses=None, system_json=True, platform="8xTEST", scaling=None) -> Path:
+def repository(root: Path, minutes: list, statuses=None, system_json=True, platform="8xTEST", scaling=None,
+               accelerator="NVIDIA H100-SXM5-80GB") -> Path:
     folder = root / "Test" / "results" / "sys8" / "llama31_8b"
     folder.mkdir(parents=True)
     for n, m in enumerate(minutes):
@@ -92,7 +94,7 @@ def repository(root: Path, minutes: list, statuses=None, system_json=True, platf
     if system_json:
         (root / "Test" / "systems").mkdir(parents=True)
         (root / "Test" / "systems" / "sys8.json").write_text(json.dumps({
-            "accelerator_model_name": "NVIDIA H100-SXM5-80GB", "accelerators_per_node": "8", "number_of_nodes": "1",
+            "accelerator_model_name": accelerator, "accelerators_per_node": "8", "number_of_nodes": "1",
             "framework": "NeMo 25.09"}))
     return root
 
@@ -141,6 +143,31 @@ def test_a_missing_systems_json_and_a_placeholder_platform_are_said_not_guessed(
     for _, result in read_all([str(tmp_path / "out")]):  # the placeholder kept as logged, no GPU read into it
         assert result["source"]["submission_platform"] == "SUBMISSION_PLATFORM_PLACEHOLDER"
         assert result["spec"]["platform"]["gpu"] is None and result["spec"]["platform"]["name"] is None
+
+
+# Every accelerator_model_name of MLPerf Training v5.1's systems JSONs (mlcommons/training_results_v5.1, 92 files),
+# and the hardware table's row each is: the names as submitters wrote them, the rows by their spec sheets' names
+V51_ACCELERATORS = {
+    "AMD Instinct MI300X 192GB HBM3": "mi300x", "AMD Instinct MI325X 256GB HBM3E": "mi325x",
+    "AMD Instinct MI325X 256GB HBM3E DLC": "mi325x", "AMD Instinct MI350X": "mi350x", "AMD Instinct MI355X": "mi355x",
+    "NVIDIA Blackwell GPU (B200-SXM-180GB)": "b200", "NVIDIA Blackwell GPU (GB200)": "gb200",
+    "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)": "b300", "NVIDIA Blackwell Ultra GPU (GB300)": "gb300",
+    "NVIDIA H100-SXM5-80GB": "h100", "NVIDIA H200 NVL 141GB": "h200_nvl", "NVIDIA H200-SXM5-141GB": "h200",
+    "NVIDIA RTX Pro 6000 SE PCIe 96GB": None}
+
+
+@pytest.mark.parametrize("name,key", sorted(V51_ACCELERATORS.items()))
+def test_every_v51_accelerator_is_its_own_row_or_flagged_never_another_gpu(tmp_path, name, key):
+    """The NVL H200 is not the SXM H200, GB200 not B200; the RTX Pro 6000 (no dense peak published in the sources
+    read) keeps its name with a flag, and no GPU is read into it."""
+    ingest(repository(tmp_path / "repo", MINUTES, accelerator=name), "--out", tmp_path / "out")
+    (s,) = scores_of(tmp_path / "out").values()
+    results = [result for _, result in read_all([str(tmp_path / "out")])]
+    assert {r["spec"]["platform"]["gpu"] for r in results} == {key} and s.accelerator == name
+    flag = f"accelerator {name!r} is not in the hardware table: kept as named, no peak, MFU or projection"
+    assert (flag in s.flags) is (key is None)
+    if key is not None:
+        assert DEVICES[key].source and BANDWIDTHS[key].source
 
 
 @pytest.mark.parametrize("not_converged", [0, 1])

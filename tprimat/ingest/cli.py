@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Optional
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
 from tprimat.ingest.mlperf_repo import in_results_tree, place_of
@@ -12,6 +13,7 @@ from tprimat.ingest.stated import as_int
 from tprimat.logs.parsers import PARSERS
 from tprimat.results.progress import progress
 from tprimat.results.result import make_result, new_run_id, write_result
+from tprimat.spec.hardware import device_key_from_name
 
 FLAG_KEYS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "cp": "parallelism.cp", "dp": "parallelism.dp",
              "seq-length": "training.seq_length", "global-batch-size": "training.global_batch_size",
@@ -85,6 +87,14 @@ def run(args: argparse.Namespace, compose) -> int:
     return 1 if unread else 0
 
 
+def unknown_accelerator(system: Optional[dict]) -> Optional[str]:
+    """A flag for an accelerator the hardware table does not hold: it keeps its own name, never another GPU's."""
+    name = str((system or {}).get("accelerator_model_name") or "")
+    if not name or device_key_from_name(name):
+        return None
+    return f"accelerator {name[:120]!r} is not in the hardware table: kept as named, no peak, MFU or projection"
+
+
 def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system: bool = False) -> None:
     """One file: its result written (a failed one if it cannot be read), its headline printed. A run log of an
     MLPerf results repository is paired with its systems JSON (unless ``--system`` names one) and scaling.json by
@@ -103,7 +113,8 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
                   "accelerator": (system or {}).get("accelerator_model_name") or None, "nodes": nodes,
                   "devices": nodes * per_node if nodes and per_node else None,
                   "framework": (system or {}).get("framework") or None,
-                  "flags": [w for w in (why_system if not given_system else None, why_scaling) if w]}
+                  "flags": [w for w in (why_system if not given_system else None, why_scaling,
+                                        unknown_accelerator(system)) if w]}
     try:
         result = ingest_file(path, meta, fmt)
     except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result

@@ -37,6 +37,8 @@ class DeviceSpec:
         return self.peak_tflops(precision) is not None or precision == "fp32"
 
 
+# An NVL or PCIe card is another part than the SXM module of the same name (other clocks and power): never read as it
+NOT_NVL_OR_PCIE = r"(?!.*\b(?:NVL|PCIe)\b)"
 DEVICES: dict[str, DeviceSpec] = {
     d.key: d
     for d in (
@@ -50,18 +52,33 @@ DEVICES: dict[str, DeviceSpec] = {
                    67.0, 96, 500, None, SPEC_SHEETS + " (NVIDIA H100 SXM datasheet, an upper bound for this part: its "
                    "peak is between SXM and NVL, exact value not published; 500 W default power limit and 700 W "
                    "maximum: pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware and footnote 2)"),
-        DeviceSpec("h100", "nvidia", "NVIDIA H100 SXM", r"\bH100\b", 989.4, 1978.9, 67.0, 80, 700, 2.99,
+        DeviceSpec("h100", "nvidia", "NVIDIA H100 SXM", r"\bH100\b" + NOT_NVL_OR_PCIE, 989.4, 1978.9, 67.0, 80, 700, 2.99,
                    SPEC_SHEETS + " (NVIDIA H100 datasheet)", PRICE_NOTE_2026 + ": Lambda H100 SXM"),
-        DeviceSpec("h200", "nvidia", "NVIDIA H200 SXM", r"\bH200\b", 989.4, 1978.9, 67.0, 141, 700, None,
-                   SPEC_SHEETS + " (NVIDIA H200 datasheet)"),
+        DeviceSpec("h200_nvl", "nvidia", "NVIDIA H200 NVL", r"\bH200\b.*\bNVL\b", 835.5, 1670.5, 60.0, 141, 600, None,
+                   SPEC_SHEETS + " (NVIDIA H200 datasheet, H200 NVL column: 1,671 / 3,341 TFLOP/s BF16 / FP8 with "
+                   "sparsity, up to 600 W)"),
+        DeviceSpec("h200", "nvidia", "NVIDIA H200 SXM", r"\bH200\b" + NOT_NVL_OR_PCIE, 989.4, 1978.9, 67.0, 141, 700,
+                   None, SPEC_SHEETS + " (NVIDIA H200 datasheet)"),
         DeviceSpec("b200", "nvidia", "NVIDIA B200", r"\bB200\b", 2250.0, 4500.0, None, 180, 1000, None,
                    SPEC_SHEETS + " (NVIDIA DGX B200 datasheet, per GPU)"),
+        DeviceSpec("b300", "nvidia", "NVIDIA B300 (Blackwell Ultra, HGX)", r"\bB300\b", 2250.0, 4500.0, 75.0, 270, 1100,
+                   None, SPEC_SHEETS + " (NVIDIA HGX B300: 72 PFLOPS FP8 and 36 PFLOPS BF16 with sparsity over 8 GPUs; "
+                   "270 GB HBM3e per GPU as MLPerf v5.1's systems JSONs name it (B300-SXM-270GB), 1.1 kW max TDP)"),
+        DeviceSpec("gb200", "nvidia", "NVIDIA GB200 (Blackwell in a Grace superchip)", r"\bGB200\b", 2500.0, 5000.0, 80.0,
+                   186, 1200, None, SPEC_SHEETS + " (NVIDIA GB200 NVL72 per GPU: 360 PFLOPS BF16 and 720 PFLOPS FP8 with "
+                   "sparsity, 13.4 TB HBM3e and 576 TB/s over 72 GPUs; the GPU at 1,200 W)"),
+        DeviceSpec("gb300", "nvidia", "NVIDIA GB300 (Blackwell Ultra in a Grace superchip)", r"\bGB300\b", 2500.0,
+                   5000.0, 80.0, 279, 1400, None, SPEC_SHEETS + " (NVIDIA GB300 NVL72 per GPU: 180 PFLOPS BF16 and 360 "
+                   "PFLOPS FP8 dense, 20 TB HBM3e and 576 TB/s over 72 GPUs; 1.4 kW max TDP)"),
         DeviceSpec("mi250x", "amd", "AMD Instinct MI250X", r"MI250X", 383.0, None, 47.9, 128, 560, None,
                    SPEC_SHEETS + " (AMD Instinct MI250X datasheet)"),
         DeviceSpec("mi300x", "amd", "AMD Instinct MI300X", r"MI300X", 1307.4, 2614.9, 163.4, 192, 750, 1.99,
                    SPEC_SHEETS + " (AMD Instinct MI300X datasheet)", PRICE_NOTE_2026 + ": median MI300X"),
         DeviceSpec("mi325x", "amd", "AMD Instinct MI325X", r"MI325X", 1307.4, 2614.9, 163.4, 256, 1000, 1.95,
                    SPEC_SHEETS + " (AMD Instinct MI325X datasheet)", PRICE_NOTE_2026 + ": TensorWave MI325X"),
+        DeviceSpec("mi350x", "amd", "AMD Instinct MI350X", r"MI350X", 2306.9, 4613.7, None, 288, 1000, None,
+                   SPEC_SHEETS + " (AMD Instinct MI350X datasheet: 2.3 PFLOPS BF16, 4.6 PFLOPS FP8 dense, 288 GB HBM3E; "
+                   "1,000 W total board power, the air-cooled MI350 part, AMD at Hot Chips 2025)"),
         DeviceSpec("mi355x", "amd", "AMD Instinct MI355X", r"MI355X", 2516.6, 5033.2, None, 288, 1400, None,
                    SPEC_SHEETS + " (AMD Instinct MI355X datasheet)"),
     )
@@ -91,6 +108,16 @@ BANDWIDTHS = {
     "h200": Bandwidth(4800.0, 450.0, "NVIDIA H200 SXM datasheet: 4.8 TB/s HBM3e; NVLink 4 900 GB/s bidirectional"),
     "b200": Bandwidth(8000.0, 900.0, "NVIDIA DGX B200 datasheet: 64 TB/s HBM3e over 8 GPUs; NVLink 5 1.8 TB/s "
                                      "bidirectional per GPU"),
+    "h200_nvl": Bandwidth(4800.0, 450.0, "NVIDIA H200 datasheet, H200 NVL: 4.8 TB/s HBM3e; 2- or 4-way NVLink bridge "
+                                         "900 GB/s bidirectional"),
+    "b300": Bandwidth(8000.0, 900.0, "NVIDIA HGX B300: up to 8 TB/s HBM3e per GPU; NVLink 5 1.8 TB/s bidirectional "
+                                     "per GPU"),
+    "gb200": Bandwidth(8000.0, 900.0, "NVIDIA GB200 NVL72: 576 TB/s HBM3e over 72 GPUs; NVLink 5 1.8 TB/s "
+                                      "bidirectional per GPU"),
+    "gb300": Bandwidth(8000.0, 900.0, "NVIDIA GB300 NVL72: 576 TB/s HBM3e over 72 GPUs; NVLink 5 1.8 TB/s "
+                                      "bidirectional per GPU"),
+    "mi350x": Bandwidth(8000.0, 537.6, "AMD Instinct MI350X datasheet: 8 TB/s HBM3E; 7 Infinity Fabric links of "
+                                       "153.6 GB/s bidirectional (1,075 GB/s)"),
     "mi250x": Bandwidth(3276.8, 200.0, "AMD Instinct MI250X datasheet: 3.2768 TB/s HBM2e; 8 Infinity Fabric links "
                                        "of 50 GB/s per direction (400 GB/s per direction in all)"),
     "mi300x": Bandwidth(5300.0, 448.0, "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3; 7 Infinity Fabric links, "
