@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tprimat.compare import anchors as published
 from tprimat.compare import plots as plotting
-from tprimat.compare import time_to_train
+from tprimat.compare import ttt_report
 from tprimat.compare.admit import admit
 from tprimat.compare.breakdown import group_breakdown, group_memory
 from tprimat.compare.gate import gate
@@ -19,7 +19,7 @@ from tprimat.compare.groups import build_groups, ceilings_from, group_summary
 from tprimat.compare.html import write_html
 from tprimat.compare.load import load
 from tprimat.compare.report import write_report
-from tprimat.compare.speedups import AXES, speedups
+from tprimat.compare.speedups import AXES, BY_ALIASES, bounded, speedups
 from tprimat.compare.stats import AGGREGATES
 from tprimat.compare.table import print_console, write_tables
 
@@ -35,8 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methodology", choices=["maximum_performance", "identical_config"])
     parser.add_argument("--aggregate", choices=AGGREGATES, default="median",
                         help="across repeats: median (default), olympic (MLPerf), mean")
-    parser.add_argument("--by", choices=AXES, help="speedups along this axis only (default: every pair of groups "
-                        "that differ in exactly one axis)")
+    parser.add_argument("--by", choices=[*AXES, *BY_ALIASES], help="speedups along this axis only (default: every "
+                        "pair of groups that differ in exactly one axis); platform.gpu is device: accelerators side by "
+                        "side at equal device counts, time to train included")
+    parser.add_argument("--price", action="append", type=price, metavar="GPU=USD",
+                        help="price per device-hour of a GPU (platform.gpu key), for the cost to train of MLPerf "
+                        "results ingested without one (repeatable; no price is built in)")
     parser.add_argument("--preflight", nargs="*", default=[], help="tprimat preflight files (measured ceilings)")
     parser.add_argument("--baseline", help="directory of baseline results for the regression gate")
     parser.add_argument("--fail-below", type=float, default=0.95,
@@ -58,6 +62,19 @@ def keep(result: dict, args: argparse.Namespace) -> bool:
     return not (args.methodology and spec["methodology"].get("name") != args.methodology)
 
 
+def price(text: str) -> tuple[str, float]:
+    """``--price h100=2.99``: a GPU key and a positive price per device-hour in USD."""
+    gpu, _, usd = text.partition("=")
+    try:
+        value = float(usd)
+    except ValueError:
+        value = float("nan")
+    if not gpu or not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"--price {text!r}: must be GPU=USD, a platform.gpu key and a positive price "
+                                         "per device-hour")
+    return gpu, value
+
+
 def run(args: argparse.Namespace) -> int:
     report = load(args.paths)
     preflights = report.preflights + [json.loads(Path(p).read_text()) for p in args.preflight]
@@ -72,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
-    ttt = time_to_train.printed(args.paths)
+    ttt = ttt_report.printed(args.paths, dict(args.price or []), BY_ALIASES.get(args.by, args.by) == "device")
     for note in report.notes:
         print(f"note: {note}")
     near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
@@ -85,15 +102,15 @@ def run(args: argparse.Namespace) -> int:
         tables = write_tables(groups, out)
         comparison = {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g),
                                   **({"anchors": near[g.identity]} if args.anchors else {})} for g in groups],
-                      "speedups": [s.as_dict() for s in found]}
+                      **bounded(found)}
         if args.anchors:
             comparison["anchors"] = published.used_rows(near)
         if ttt:
             comparison["time_to_train"] = [t.as_dict() for t in ttt]
         (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
         md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
-        time_to_train.append_to_report(md, ttt)
-        page = write_html(groups, found, out, near if args.anchors else None)
+        ttt_report.append_to_report(md, ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+        page = write_html(groups, found, out, near if args.anchors else None, ttt_report.html_section(ttt))
         print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
     if args.baseline:
         return run_gate(groups, args)

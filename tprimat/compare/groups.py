@@ -29,12 +29,26 @@ from tprimat.spec.hardware import lookup
 
 def identity_of(result: dict) -> str:
     """The group key: the spec's identity (``tprimat.spec.build.spec_identity``, the key resume uses too), and
-    the log's own identity where the spec does not say which model ran on which device (``unstated``)."""
+    the log's own identity where the spec does not say which model ran on which device (``unstated``). An MLPerf
+    run's group is its system and benchmark (``mlperf_place``): the rules' runs of one result differ only in the seed."""
+    place = mlperf_place(result)
+    if place is not None:
+        return hashlib.sha256(("mlperf " + "/".join(place)).encode()).hexdigest()[:16]
     identity = spec_identity(result.get("spec") or {})
     if not unstated(result):
         return identity
     evidence = (result.get("source") or {}).get("sha256") or result.get("run_id") or ""
     return hashlib.sha256(f"{identity} {evidence}".encode()).hexdigest()[:16]
+
+
+def mlperf_place(result: dict) -> Optional[tuple[str, str, str]]:
+    """(submitter, system, benchmark) of a run ``tprimat ingest`` read from an MLPerf results repository, else None."""
+    source = result.get("source")
+    place = source.get("mlperf") if isinstance(source, dict) else None
+    if not isinstance(place, dict):
+        return None
+    found = tuple(place.get(k) for k in ("submitter", "system", "benchmark"))
+    return found if all(isinstance(v, str) and v for v in found) else None
 
 
 def unstated(result: dict) -> list[str]:
@@ -154,14 +168,19 @@ class Group:
         base = (f"{self.model} | {self.framework} | {self.device} x{shown(self.world_size)} | {self.methodology} | "
                 f"{layout_of(self.first)} | {self.numerics}")
         base = f"{base} | {self.optimisations}" if self.optimisations else base
-        log = (self.first.get("source") or {}).get("file")
-        base = f"{base} | {log}" if log and unstated(self.first) else base  # that log alone: name it
+        log, place = (self.first.get("source") or {}).get("file"), mlperf_place(self.first)
+        if place is not None:
+            base = f"{base} | {'/'.join(place)}"  # MLPerf's unit of a result: the system and benchmark
+        elif log and unstated(self.first):
+            base = f"{base} | {log}"  # that log alone: name it
         return f"{base} | {self.distinction}" if self.distinction else base
 
     @property
     def logs(self) -> str:
-        """The ingested logs' file names (``, ``-joined; empty for tprimat's own runs): which row is which log."""
-        return ", ".join(dict.fromkeys(f for run in self.runs if (f := (run.result.get("source") or {}).get("file"))))
+        """The ingested logs' file names (``, ``-joined; empty for tprimat's own runs): which row is which log; past
+        three, the first and a count (an MLPerf system's ten runs)."""
+        names = list(dict.fromkeys(f for run in self.runs if (f := (run.result.get("source") or {}).get("file"))))
+        return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more logs"
 
     def axes(self) -> dict:
         return {"platform": self.platform, "device": self.device, "framework": self.framework,

@@ -220,7 +220,9 @@ td:first-child, th:first-child { text-align: left; }
 """
 
 
-def write_html(groups: list[Group], found: list[Speedup], out: Path, near: Optional[dict] = None) -> Path:
+def write_html(groups: list[Group], found: list[Speedup], out: Path, near: Optional[dict] = None,
+               sections: str = "") -> Path:
+    """report.html: the summary, the groups' table, the charts, and ``sections`` (HTML: compare's time to train)."""
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
@@ -250,6 +252,7 @@ hatched /, fp8 x. Published rows are never measurements of yours. Click a column
 <h2>Summary</h2><ul>{summary or "<li>no speedup computed</li>"}</ul>
 <h2>Groups</h2>{table(groups)}
 <h2>Charts</h2>{"".join(parts)}
+{sections}
 {"<p class='note'>Not drawn: " + html.escape("; ".join(missing)) + "</p>" if missing else ""}
 <script>window.tprimatCharts = {json.dumps(len(parts))};</script>
 </body></html>

@@ -8,7 +8,7 @@ from typing import Optional
 from tprimat.compare import anchors, breakdown
 from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group, group_summary, layout_of
-from tprimat.compare.speedups import REASONS, Speedup, refused_by_reason
+from tprimat.compare.speedups import REASONS, REFUSED_EXAMPLES, Speedup, refused_by_reason
 from tprimat.compare.table import cell, columns, fmt
 
 
@@ -73,11 +73,15 @@ def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
 
 
 def refused_section(found: list[Speedup]) -> list[str]:
-    """Each refused pair under its reason: what a ratio would have needed to mean something."""
+    """The refused pairs counted under each reason, with the first few as examples of what a ratio would have needed
+    to mean something (the report grows with the groups, not with their pairs)."""
     lines = []
     for key, pairs in refused_by_reason(found).items():
         lines += ["", f"### {REASONS[key][0].upper()}{REASONS[key][1:]} ({len(pairs)})", ""]
-        lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}" for s in pairs]
+        lines += [f"- {s.kind}: **{s.other.label}** vs **{s.baseline.label}**: {s.wording()}"
+                  for s in pairs[:REFUSED_EXAMPLES]]
+        if len(pairs) > REFUSED_EXAMPLES:
+            lines.append(f"- ... and {len(pairs) - REFUSED_EXAMPLES} more pairs refused for the same reason")
     return ["", "## Refused pairs"] + lines if lines else []
 
 

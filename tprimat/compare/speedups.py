@@ -28,6 +28,8 @@ from tprimat.compare.groups import Group, flat
 
 SAME_UNDER_IDENTICAL = ("model", "training", "parallelism")
 AXES = ("platform", "device", "framework", "precision", "layout", "model", "methodology", "compile", "recompute")
+BY_ALIASES = {"platform.gpu": "device", "platform.name": "platform", "framework.name": "framework",
+              "training.precision": "precision", "model.name": "model"}  # --by as the config keys name the axes
 TUNED_WITH_PLATFORM = {"platform", "device", "layout", "precision", "compile", "recompute"}
 TUNED_WITH_FRAMEWORK = {"framework", "layout", "recompute"}  # maximum_performance: a framework's sharding (same mesh), recompute
 # training keys that no axis covers and that change what a step computes: a pair whose groups state different
@@ -200,6 +202,8 @@ def axis_between(a: Group, b: Group) -> Optional[str]:
     maximum_performance the settings tuned with a platform or a framework go with it), else None."""
     axes_a, axes_b = a.axes(), b.axes()
     differ = [k for k in AXES if axes_a[k] != axes_b[k]]
+    if "?" in axes_a["layout"] + axes_b["layout"] and a.world_size != b.world_size:
+        differ.append("devices")  # an unstated layout does not fix the device count: equal counts only
     hardware = [k for k in differ if k in ("platform", "device")]
     tuned = axes_a["methodology"] == axes_b["methodology"] == "maximum_performance"
     if hardware and set(differ) <= {"platform", "device"}:
@@ -212,6 +216,19 @@ def axis_between(a: Group, b: Group) -> Optional[str]:
     return differ[0] if len(differ) == 1 else None
 
 
+REFUSED_EXAMPLES = 5  # refused pairs shown per reason in report.md and comparison.json; the rest are counted
+
+
+def bounded(found: list[Speedup]) -> dict:
+    """comparison.json's pairs: every pair compared, the first ``REFUSED_EXAMPLES`` refused ones of each reason as
+    examples, and the count of refused pairs by reason."""
+    by_reason = refused_by_reason(found)
+    examples = [s for pairs in by_reason.values() for s in pairs[:REFUSED_EXAMPLES]]
+    return {"speedups": [s.as_dict() for s in found if not s.refused] + [s.as_dict() for s in examples],
+            "refused_pairs": [{"reason": key, "text": REASONS[key], "count": len(pairs)}
+                              for key, pairs in by_reason.items()]}
+
+
 def refused_by_reason(found: list[Speedup]) -> dict[str, list[Speedup]]:
     """The refused pairs by their reason (``REASONS``' order), for a reader who wants the count before the list."""
     by_reason: dict[str, list[Speedup]] = {key: [] for key in REASONS}
@@ -222,6 +239,7 @@ def refused_by_reason(found: list[Speedup]) -> dict[str, list[Speedup]]:
 
 
 def speedups(groups: list[Group], by: Optional[str] = None) -> list[Speedup]:
+    by = BY_ALIASES.get(by, by)
     if by is not None and by not in AXES:
         raise ValueError(f"--by {by}: must be one of {', '.join(AXES)}")
     found = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -54,15 +55,34 @@ class Score:
     accelerator: Optional[str] = None
     devices: Optional[int] = None
     nodes: Optional[int] = None
+    stated: dict = field(default_factory=dict)  # what the runs' results state: ``STATED``'s keys, None where none does
+    price_per_device_hour_usd: Optional[float] = None
+    price_source: str = "no price stated (platform.price_per_device_hour_usd at ingest, or compare --price GPU=USD)"
+
+    @property
+    def gpu_hours(self) -> Optional[float]:
+        return self.minutes * self.devices / 60 if self.minutes and self.devices else None
+
+    @property
+    def samples_to_target(self) -> Optional[float]:
+        """The median over converged runs of the samples trained when an eval first reached the target."""
+        reached = sorted(r.samples_to_target for r in self.runs if r.converged and r.samples_to_target is not None)
+        return statistics.median(reached) if reached else None
+
+    @property
+    def cost_usd(self) -> Optional[float]:
+        hours = self.gpu_hours
+        return hours * self.price_per_device_hour_usd if hours and self.price_per_device_hour_usd else None
 
     def as_dict(self) -> dict:
         return {"submitter": self.submitter, "system": self.system, "benchmark": self.benchmark,
                 "score_minutes": self.minutes, "olympic_mean_minutes": self.unscaled_minutes,
                 "scaling_factor": self.scaling_factor, "runs": len(self.runs),
                 "converged": sum(r.converged for r in self.runs), "accelerator": self.accelerator,
-                "devices": self.devices, "nodes": self.nodes,
-                "gpu_hours": self.minutes * self.devices / 60 if self.minutes and self.devices else None,
-                "flags": self.flags, "run_minutes": [r.minutes for r in self.runs]}
+                "devices": self.devices, "nodes": self.nodes, "gpu_hours": self.gpu_hours,
+                "samples_to_target": self.samples_to_target, **self.stated,
+                "price_per_device_hour_usd": self.price_per_device_hour_usd, "price_source": self.price_source,
+                "cost_to_train_usd": self.cost_usd, "flags": self.flags, "run_minutes": [r.minutes for r in self.runs]}
 
 
 def number(value) -> Optional[float]:
@@ -128,6 +148,7 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
     ingested twice (the same ``source.sha256``) counts once."""
     runs: dict[tuple, dict] = {}
     first: dict[tuple, dict] = {}
+    results: dict[tuple, list] = {}
     for path, result in items:
         source = result.get("source") if isinstance(result.get("source"), dict) else {}
         place = source.get("mlperf")
@@ -137,6 +158,7 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
         once = source.get("sha256") if isinstance(source.get("sha256"), str) else path
         runs.setdefault(key, {}).setdefault(once, run_time(result, path, place["benchmark"]))
         first.setdefault(key, place)
+        results.setdefault(key, []).append(result)
     scores = []
     for key, by_log in sorted(runs.items()):
         place = first[key]
@@ -149,8 +171,38 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
             s.flags.append(f"scaling_factor {place.get('scaling_factor')!r} is not a positive number: not applied")
         flags = place.get("flags")
         s.flags += [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+        s.stated = stated_by(results[key], place)
         scores.append(s)
     return scores
+
+
+# What a system's runs state beside the score: (result path, how many runs may disagree before it reads "varies")
+STATED = {"gpu": ("spec", "platform", "gpu"), "framework": None, "precision": ("spec", "training", "precision"),
+          "global_batch_size": ("spec", "training", "global_batch_size"),
+          "tokens_per_s_per_device": ("summary", "tokens_per_s_per_device")}
+
+
+def dig(data, path: tuple):
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def stated_by(results: list[dict], place: dict) -> dict:
+    """Each ``STATED`` value the runs state: their one value, the median of a number that differs between runs
+    (throughput), "varies" for a text that does; None where none states it. The framework is the systems JSON's."""
+    out = {"framework": place.get("framework") if isinstance(place.get("framework"), str) else None}
+    for key, path in STATED.items():
+        if path is None:
+            continue
+        values = [v for r in results if (v := dig(r, path)) is not None and not isinstance(v, (dict, list))]
+        numbers = [number(v) for v in values if number(v) is not None]
+        if key == "tokens_per_s_per_device":
+            out[key] = statistics.median(numbers) if numbers else None
+        else:
+            distinct = set(map(str, values))
+            out[key] = values[0] if len(distinct) == 1 else ("varies" if distinct else None)
+    return out
 
 
 def read_all(paths: list[str]) -> list[tuple[str, dict]]:
@@ -168,32 +220,3 @@ def read_all(paths: list[str]) -> list[tuple[str, dict]]:
             if isinstance(data, dict):
                 found.append((str(file), data))
     return found
-
-
-def table_lines(scores: list[Score]) -> list[str]:
-    """The console and report.md table: one row per system and benchmark, flags beside."""
-    lines = ["| submitter | system | benchmark | accelerator | devices | score (min) | olympic mean (min) | scaling | "
-             "converged / runs | GPU-hours | flags |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for s in scores:
-        d = s.as_dict()
-        fmt = lambda v, spec: "not stated" if v is None else format(v, spec)  # noqa: E731
-        lines.append(f"| {s.submitter} | {s.system} | {s.benchmark} | {s.accelerator or 'not stated'} | "
-                     f"{fmt(s.devices, 'd')} | {fmt(s.minutes, '.2f') if s.minutes is not None else 'no score'} | "
-                     f"{fmt(s.unscaled_minutes, '.2f')} | {fmt(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
-                     f"{d['converged']} / {d['runs']} | {fmt(d['gpu_hours'], '.1f')} | {'; '.join(s.flags) or '-'} |")
-    return lines
-
-
-def printed(paths: list[str]) -> list[Score]:
-    """The scores of the MLPerf runs under ``paths`` (converged or not), printed as a table where there are any."""
-    scores = from_results(read_all(paths))
-    if scores:
-        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
-        print("\n".join(table_lines(scores)))
-    return scores
-
-
-def append_to_report(md: Path, scores: list[Score]) -> None:
-    if scores:
-        with md.open("a") as f:
-            f.write("\n## Time to train (MLPerf Training rules)\n\n" + RULE + "\n\n" + "\n".join(table_lines(scores)) + "\n")

@@ -1,0 +1,147 @@
+"""compare over MLPerf results as MLPerf compares them: one group per system and benchmark (its ten runs differ only
+in the seed), the time-to-train table with what the logs and systems JSONs state ("not stated" for the rest), the
+cost to train at a price the user states, accelerators side by side at equal device counts, a report that grows
+with the systems and not with pairs of runs, and MLPerf's own verdict on a run (run_stop's status) over a
+traceback its log prints. Fixtures in the repository's layout, written here; expected values by hand."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tprimat.cli import main
+from tprimat.compare.groups import build_groups
+from tprimat.compare.load import load
+
+pytestmark = pytest.mark.slow  # compare --out draws every plot of the report
+START = 1_700_000_000_000
+GBS = 32
+SAMPLES_PER_S = {"H100": 16.0, "MI300X": 12.0}  # the whole system's samples/s in every block
+
+
+def mllog(key: str, time_ms: int, value=None, **metadata) -> str:
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": time_ms, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": {"file": "train.py", "lineno": 1, **metadata}})
+
+
+def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, traceback: bool = False) -> str:
+    """One run: submission keys, its seed, four throughput blocks of 1,536 samples (AMD's tracked_stats), an eval at
+    the target after 6,144 samples, run_stop success; optionally a Python traceback printed along the way."""
+    stop = START + round(minutes * 60_000)
+    lines = [mllog("submission_benchmark", START - 10, benchmark), mllog("submission_org", START - 10, "Test"),
+             mllog("submission_platform", START - 10, "8xTEST"), mllog("global_batch_size", START - 5, GBS),
+             mllog("seed", START - 5, seed), mllog("run_start", START)]
+    if traceback:
+        lines += ["Traceback (most recent call last):", "ImportError: cannot import name 'quick_gelu'"]
+    for block in range(4):
+        t = START + 1000 * (block + 1)
+        lines += [mllog("block_start", t, samples_count=1536 * block),
+                  mllog("tracked_stats", t + 500, {"throughput": samples_per_s}, step=1536 * (block + 1)),
+                  mllog("block_stop", t + 900, samples_count=1536 * (block + 1))]
+    target = 3.29 if benchmark == "llama31_8b" else 0.92
+    lines += [mllog("eval_accuracy", stop - 1, target, samples_count=6144),
+              mllog("run_stop", stop, samples_count=6144, status="success")]
+    return "\n".join(lines) + "\n"
+
+
+def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = False, tag: str = "") -> Path:
+    """Two 8-GPU systems, ten runs each (seeds 1-10): H100 runs take 30 + n/10 minutes, MI300X 40 + n/10."""
+    for submitter, gpu, name, base in ((f"Nv{tag}", "H100", "NVIDIA H100-SXM5-80GB", 30.0),
+                                       (f"Amd{tag}", "MI300X", "AMD Instinct MI300X 192GB HBM3", 40.0)):
+        folder = root / submitter / "results" / f"sys_{gpu}" / benchmark
+        folder.mkdir(parents=True)
+        for n in range(10):
+            (folder / f"result_{n}.txt").write_text(run_log(benchmark, base + n / 10, SAMPLES_PER_S[gpu], n + 1,
+                                                            traceback))
+        (root / submitter / "systems").mkdir(parents=True)
+        (root / submitter / "systems" / f"sys_{gpu}.json").write_text(json.dumps({
+            "accelerator_model_name": name, "accelerators_per_node": "8", "number_of_nodes": "1",
+            "framework": f"{submitter}Stack 1.0"}))
+    return root
+
+
+def tprimat(*args) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as code:
+        main([*map(str, args)])
+    assert code.value.code == 0, out.getvalue()[-2000:]
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("mlperf")
+    tprimat("ingest", repository(tmp / "repo", traceback=True), "--out", tmp / "results")
+    said = tprimat("compare", tmp / "results", "--out", tmp / "report", "--by", "platform.gpu",
+                   "--price", "h100=2.5", "--price", "mi300x=2")
+    return tmp, said
+
+
+def test_a_systems_ten_runs_are_one_group_named_by_its_system(compared):
+    tmp, _ = compared
+    groups = build_groups(load([str(tmp / "results")]).results)
+    assert len(groups) == 2 and sorted(len(g.runs) for g in groups) == [10, 10]
+    assert {g.label.rsplit(" | ", 1)[-1] for g in groups} == {"Nv/sys_H100/llama31_8b", "Amd/sys_MI300X/llama31_8b"}
+    assert not any("not steady" in flag for g in groups for flag in g.flags)
+
+
+def test_the_time_to_train_table_states_what_the_logs_state_and_the_cost_at_the_users_price(compared):
+    """H100: runs 30.0-30.9 min, the olympic mean of 30.1..30.8 = 30.45 min; 8 devices: 4.06 GPU-hours; at 2.5 USD
+    per device-hour 10.15 USD. The precision: stated by no log or systems JSON."""
+    tmp, said = compared
+    rows = {r["system"]: r for r in json.loads((tmp / "report" / "comparison.json").read_text())["time_to_train"]}
+    h100 = rows["sys_H100"]
+    assert h100["score_minutes"] == pytest.approx(30.45) and h100["gpu_hours"] == pytest.approx(30.45 * 8 / 60)
+    assert h100["cost_to_train_usd"] == pytest.approx(30.45 * 8 / 60 * 2.5)
+    assert h100["price_source"] == "compare --price h100=2.5" and h100["framework"] == "NvStack 1.0"
+    assert h100["global_batch_size"] == GBS and h100["precision"] is None and h100["gpu"] == "h100"
+    assert h100["samples_to_target"] == 6144
+    assert rows["sys_MI300X"]["cost_to_train_usd"] == pytest.approx(40.45 * 8 / 60 * 2)
+    table = [line for line in said.splitlines() if line.startswith("| Nv | sys_H100 |")][0]
+    assert "| not stated |" in table  # the precision no log or systems JSON states
+
+
+def test_accelerators_side_by_side_at_equal_device_counts_fastest_first(compared):
+    tmp, said = compared
+    md = (tmp / "report" / "report.md").read_text()
+    for text in (said, md):
+        assert "| llama31_8b | 8 | NVIDIA H100-SXM5-80GB | Nv/sys_H100 | 30.45 | 1.00 |" in text
+        assert f"| llama31_8b | 8 | AMD Instinct MI300X 192GB HBM3 | Amd/sys_MI300X | 40.45 | {40.45 / 30.45:.2f} |" in text
+    assert (tmp / "report" / "plots" / "time_to_train.png").stat().st_size > 0
+    page = (tmp / "report" / "report.html").read_text()
+    assert "chart-time-to-train" in page and "Accelerators side by side at equal device counts" in page
+
+
+def test_a_traceback_in_a_run_that_stopped_with_success_is_kept_not_its_verdict(compared):
+    tmp, _ = compared
+    results = [json.loads(p.read_text()) for p in (tmp / "results").rglob("result.json")]
+    assert len(results) == 20 and {r["status"] for r in results} == {"ok"}
+    assert {r["source"]["traceback_in_log"] for r in results} == {"Traceback (most recent call last):"}
+
+
+def test_llama2_70b_lora_throughput_counts_its_8192_token_sequences(tmp_path):
+    """No sequence length in a LoRA log: the benchmark's 8,192 tokens per sample, said so. 16 samples/s x 8,192
+    tokens / 8 devices = 16,384 tokens/s/device, by hand."""
+    tprimat("ingest", repository(tmp_path / "repo", "llama2_70b_lora"), "--out", tmp_path / "results")
+    h100 = [json.loads(p.read_text()) for p in (tmp_path / "results" / "Nv").rglob("result.json")]
+    assert [r["summary"]["tokens_per_s_per_device"] for r in h100] == [pytest.approx(16 * 8192 / 8)] * 10
+    assert {r["spec"]["training"]["seq_length"] for r in h100} == {8192}
+
+
+def test_refused_pairs_grow_the_report_by_reason_not_by_pair(tmp_path):
+    """Twelve systems that state no model (LoRA logs), six H100 and six MI300X: 36 pairs differ in the device alone,
+    each refused for the model; report.md lists five and counts the rest, comparison.json carries five and the count."""
+    for k in range(6):
+        repository(tmp_path / f"repo{k}", "llama2_70b_lora", tag=str(k))
+        tprimat("ingest", tmp_path / f"repo{k}", "--out", tmp_path / "results" / str(k))
+    tprimat("compare", tmp_path / "results", "--out", tmp_path / "report")
+    comparison = json.loads((tmp_path / "report" / "comparison.json").read_text())
+    refused = {r["reason"]: r["count"] for r in comparison["refused_pairs"]}
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert refused == {"model": 36}
+    assert len([s for s in comparison["speedups"] if s["refused"]]) == 5 * len(refused)
+    assert md.count("more pairs refused for the same reason") == len(refused)

@@ -1,0 +1,150 @@
+"""Time to train as compare shows it: the table per system and benchmark, accelerators side by side at equal device
+counts, the cost to train at a price the user states, and a chart of score against devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from tprimat.compare.time_to_train import RULE, Score, from_results, read_all
+
+NOT_STATED = "not stated"
+
+
+def cell(value, spec: str = "") -> str:
+    return NOT_STATED if value is None else (format(value, spec) if spec and not isinstance(value, str) else str(value))
+
+
+def priced(scores: list[Score], prices: dict[str, float]) -> None:
+    """The price per device-hour of each system: ``--price GPU=USD`` at compare time, else what its results state
+    (``platform.price_per_device_hour_usd`` at ingest); none is built in."""
+    for s in scores:
+        gpu = s.stated.get("gpu")
+        if isinstance(gpu, str) and gpu in prices:
+            s.price_per_device_hour_usd, s.price_source = prices[gpu], f"compare --price {gpu}={prices[gpu]:g}"
+
+
+def table_lines(scores: list[Score]) -> list[str]:
+    """One row per system and benchmark, flags beside; "not stated" for what no log or systems JSON states."""
+    lines = ["| submitter | system | benchmark | accelerator | nodes x devices | framework | precision | global batch | "
+             "score (min) | olympic mean (min) | scaling | converged / runs | samples to target | tokens/s/device | "
+             "GPU-hours | cost to train (USD) | flags |", "|" + "---|" * 17]
+    for s in scores:
+        st = s.stated
+        lines.append(
+            f"| {s.submitter} | {s.system} | {s.benchmark} | {cell(s.accelerator)} | {cell(s.nodes)} x {cell(s.devices)} | "
+            f"{cell(st.get('framework'))} | {cell(st.get('precision'))} | {cell(st.get('global_batch_size'))} | "
+            f"{cell(s.minutes, '.2f') if s.minutes is not None else 'no score'} | {cell(s.unscaled_minutes, '.2f')} | "
+            f"{cell(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
+            f"{sum(r.converged for r in s.runs)} / {len(s.runs)} | {cell(s.samples_to_target, ',.0f')} | "
+            f"{cell(st.get('tokens_per_s_per_device'), ',.0f')} | {cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} | "
+            f"{'; '.join(s.flags) or '-'} |")
+    return lines
+
+
+def side_by_side_lines(scores: list[Score]) -> list[str]:
+    """Per benchmark and device count, each accelerator's fastest scored system, fastest first: the accelerators at
+    equal device counts (``--by platform.gpu``); one accelerator is one row of the hardware table where it maps."""
+    best: dict[tuple, Score] = {}
+    for s in scores:
+        if s.minutes is None or s.devices is None:
+            continue
+        key = (s.benchmark, s.devices, s.stated.get("gpu") or s.accelerator or NOT_STATED)
+        if key not in best or s.minutes < best[key].minutes:
+            best[key] = s
+    lines = ["| benchmark | devices | accelerator | fastest system | score (min) | x the fastest | GPU-hours | "
+             "cost to train (USD) |", "|---|---|---|---|---|---|---|---|"]
+    for (benchmark, devices) in sorted({k[:2] for k in best}):
+        row = sorted((s for k, s in best.items() if k[:2] == (benchmark, devices)), key=lambda s: s.minutes)
+        for s in row:
+            lines.append(f"| {benchmark} | {devices} | {cell(s.accelerator)} | {s.submitter}/{s.system} | {s.minutes:.2f} | "
+                         f"{s.minutes / row[0].minutes:.2f} | {cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} |")
+    return lines
+
+
+def chart(scores: list[Score], path: Path) -> Optional[Path]:
+    """Score (minutes) against devices, log-log, one colour per accelerator, one mark per benchmark."""
+    points = [s for s in scores if s.minutes is not None and s.devices]
+    if not points:
+        return None
+    from tprimat.compare.plots import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(13, 6))
+    accelerators = sorted({s.accelerator or NOT_STATED for s in points})
+    colours = plt.get_cmap("tab20")
+    marks = {b: m for b, m in zip(sorted({s.benchmark for s in points}), "oDs^v")}
+    for i, accelerator in enumerate(accelerators):
+        for benchmark, mark in marks.items():
+            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
+            if mine:
+                ax.scatter([s.devices for s in mine], [s.minutes for s in mine], color=colours(i % 20), marker=mark,
+                           label=f"{accelerator}, {benchmark}", alpha=0.85)
+    ax.set(xscale="log", yscale="log", xlabel="devices (accelerators)", ylabel="time to train (minutes, MLPerf score)",
+           title="MLPerf Training: score against devices")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def printed(paths: list[str], prices: dict[str, float], by_device: bool = False) -> list[Score]:
+    """The scores of the MLPerf runs under ``paths`` (converged or not), printed as a table where there are any,
+    and the accelerators side by side under ``--by platform.gpu``."""
+    scores = from_results(read_all(paths))
+    priced(scores, prices)
+    if scores:
+        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
+        print("\n".join(table_lines(scores)))
+        if by_device:
+            print("\naccelerators side by side at equal device counts (each one's fastest system):")
+            print("\n".join(side_by_side_lines(scores)))
+    return scores
+
+
+def append_to_report(md: Path, scores: list[Score], png: Optional[Path]) -> None:
+    if not scores:
+        return
+    with md.open("a") as f:
+        f.write("\n## Time to train (MLPerf Training rules)\n\n" + RULE + "\n\n" + "\n".join(table_lines(scores))
+                + "\n\n### Accelerators side by side at equal device counts\n\n" + "\n".join(side_by_side_lines(scores))
+                + "\n" + (f"\n![Time to train against devices](plots/{png.name})\n" if png else ""))
+
+
+def html_table(md_lines: list[str]) -> str:
+    """A markdown table of ``table_lines`` as an HTML table (cells escaped)."""
+    import html
+
+    rows = [[html.escape(c.strip()) for c in line.strip("|").split(" | ")] for line in md_lines if "---|" not in line]
+    head = "".join(f"<th>{c}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_section(scores: list[Score]) -> str:
+    """report.html's time-to-train section: the rule, both tables and an interactive chart of score against devices."""
+    if not scores:
+        return ""
+    import html
+
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    fig = go.Figure()
+    points = [s for s in scores if s.minutes is not None and s.devices]
+    for accelerator in sorted({s.accelerator or NOT_STATED for s in points}):
+        for benchmark in sorted({s.benchmark for s in points}):
+            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
+            if mine:
+                fig.add_trace(go.Scatter(x=[s.devices for s in mine], y=[s.minutes for s in mine], mode="markers",
+                                         name=f"{accelerator}, {benchmark}",
+                                         text=[f"{s.submitter}/{s.system}" for s in mine]))
+    fig.update_layout(template="plotly_white", title="MLPerf Training: score against devices",
+                      xaxis=dict(type="log", title="devices"), yaxis=dict(type="log", title="time to train (minutes)"))
+    chart_div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id="chart-time-to-train")
+    return (f"<h2>Time to train (MLPerf Training rules)</h2><p class='note'>{html.escape(RULE)}</p>"
+            f"{html_table(table_lines(scores))}<h3>Accelerators side by side at equal device counts</h3>"
+            f"{html_table(side_by_side_lines(scores))}<section class='chart'>{chart_div}</section>")
