@@ -124,6 +124,29 @@ def test_a_missing_memory_figure_fails_naming_memory(runs, tmp_path):
     assert "no peak recorded" in next(line for line in out if line.startswith("FAILED memory"))
 
 
+def test_a_missing_loss_in_any_repeat_or_run_fails_naming_it(runs, tmp_path):
+    """The rerun with its second repeat's losses gone (the first intact), and the rerun beside a copy of it (another
+    run id) whose losses are all gone: each fails naming loss and where (the review found both passing)."""
+    root, made = runs
+    second = copy.deepcopy(made["rerun"])
+    for step in second["steps"]:
+        if step.get("repeat", 0) == 1:
+            step["loss"] = None
+    (tmp_path / "second").mkdir()
+    (tmp_path / "second" / "result.json").write_text(json.dumps(second))
+    code, out, _ = gate(tmp_path / "second", "--golden", root / "golden_values")
+    assert code == 1 and failed(out) == ["FAILED loss"], out
+    assert "repeat 1" in next(line for line in out if line.startswith("FAILED loss")), out
+    silent = {**copy.deepcopy(made["rerun"]), "run_id": "s" * 12}
+    for step in silent["steps"]:
+        step["loss"] = None
+    for name, result in (("good", made["rerun"]), ("silent", silent)):
+        (tmp_path / "pair" / name).mkdir(parents=True)
+        (tmp_path / "pair" / name / "result.json").write_text(json.dumps(result))
+    code, out, _ = gate(tmp_path / "pair", "--golden", root / "golden_values")
+    assert code == 1 and "FAILED loss" in failed(out), out
+
+
 def test_a_mix_of_broken_result_files_fails_naming_each(runs, tmp_path):
     root, made = runs
     mix = tmp_path / "mix"

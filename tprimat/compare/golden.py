@@ -69,12 +69,35 @@ def steady(group: Group) -> tuple[list[float], list[float]]:
     return [s["tokens"] / world for s in kept], [s["step_time_s"] for s in kept]
 
 
+def loss_curves(group: Group) -> list[tuple[str, dict[int, Optional[float]]]]:
+    """Every run's every repeat: (its name, step -> loss, None where the loss is missing or not finite), the first
+    repeat of the first run first (warm-up included: a curve is the whole run)."""
+    curves = []
+    for run in group.runs:
+        by_repeat: dict[int, dict] = {}
+        for s in run.result["steps"]:
+            loss = s.get("loss")
+            finite = isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss)
+            by_repeat.setdefault(s.get("repeat", 0), {})[int(s["step"])] = float(loss) if finite else None
+        curves += [(f"{run.path.parent.name} repeat {r}", curve) for r, curve in sorted(by_repeat.items())]
+    return curves
+
+
 def loss_curve(group: Group) -> dict[int, float]:
-    """Step -> loss of the first repeat of the first run (warm-up included: the curve is the whole run)."""
-    first = group.runs[0].result["steps"]
-    repeat = min((s.get("repeat", 0) for s in first), default=0)
-    return {int(s["step"]): float(s["loss"]) for s in first
-            if s.get("repeat", 0) == repeat and s.get("loss") is not None and math.isfinite(s["loss"])}
+    """Step -> loss of the first repeat of the first run, its finite losses: what golden values keep and the loss
+    check compares."""
+    curves = loss_curves(group)
+    return {k: v for k, v in curves[0][1].items() if v is not None} if curves else {}
+
+
+def lost_losses(group: Group, gold: dict[int, float]) -> Optional[str]:
+    """The first run and repeat whose loss is missing or not finite at a step where the golden run has one."""
+    for name, curve in loss_curves(group) or [("the current result", {})]:
+        lost = sorted(step for step in gold if curve.get(step) is None)
+        if lost:
+            return (f"loss: missing or non-finite at {len(lost)} of the golden run's {len(gold)} steps in {name} "
+                    f"(first: step {lost[0]}, golden {gold[lost[0]]:.4f})")
+    return None
 
 
 def peak_memory(group: Group) -> Optional[float]:
@@ -153,10 +176,9 @@ def tolerance_of(golden_loss: float) -> float:
 def check_loss(group: Group, golden: dict, min_correlation: float) -> Check:
     gold = {int(k): v for k, v in golden.get("loss", {}).items()}
     current = loss_curve(group)
-    lost = sorted(set(gold) - set(current))
+    lost = lost_losses(group, gold)
     if lost:
-        return Check("loss", False, f"loss: missing or non-finite at {len(lost)} of the golden run's {len(gold)} "
-                                    f"steps (first: step {lost[0]}, golden {gold[lost[0]]:.4f})")
+        return Check("loss", False, lost)
     common = sorted(set(gold) & set(current))
     if len(common) < 2:
         return Check("loss", False, f"loss: {len(common)} steps in common with the golden curve (need 2 or more)")
