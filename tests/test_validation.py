@@ -285,6 +285,38 @@ def test_plan_and_project_refuse_a_bad_override_in_one_line(override, said):
         assert code.value.code == 2 and out.getvalue().strip().startswith(said), out.getvalue()
 
 
+@pytest.mark.parametrize("override", ["model.name=${nope.x}", "framework.name=${oc.env:TPRIMAT_UNSET_VARIABLE}"])
+def test_plan_and_project_name_the_interpolation_typed_that_cannot_resolve(override):
+    """A typed interpolation that cannot resolve: every entry point names the override as typed, exit 2, no
+    traceback (project printed one; plan named no key)."""
+    import contextlib
+    import io
+
+    from tprimat.cli import main
+
+    for command in (["plan"], ["project"], ["plan", "--best"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), pytest.raises(SystemExit) as code:
+            main([*command, override])
+        text = out.getvalue()
+        flat = " ".join(text.replace("│", " ").split())  # plan's table wraps its reason column
+        assert code.value.code == 2 and "cannot resolve the interpolation" in flat, text
+        assert override.partition("=")[0] in flat and override.split(":")[-1].rstrip("}") in flat, text
+        assert "Traceback" not in text
+
+
+@pytest.mark.slow
+def test_launch_names_an_interpolation_of_the_run_directorys_keys(tmp_path):
+    """model.name and framework.name name the run directory: Hydra failed there with a traceback naming
+    hydra.run.dir before tprimat could answer; now one line naming the override typed, exit 2."""
+    from tests.conftest import run_launch
+
+    proc = run_launch(tmp_path, "model.name=${nope.x}", "dry_run=true")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip() == ("invalid: model.name=${nope.x}: cannot resolve the interpolation: "
+                                   "InterpolationKeyError: Interpolation key 'nope.x' not found")
+
+
 @pytest.mark.parametrize("override", ["training.micro_batch_size=0", "model.num_attention_heads=0", "parallelism.tp=0",
                                       "parallelism.pp=0", "platform.devices_per_node=0", "platform.nodes=0"])
 def test_a_zero_size_is_refused_by_key_in_plans_and_runs_alike(override):

@@ -15,6 +15,7 @@ from typing import Callable
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from tprimat.spec import recipes
 from tprimat.spec.build import SpecError, set_dotted
@@ -174,8 +175,26 @@ def hydra_compose(overrides: list[str]) -> DictConfig:
 
 
 def compose(overrides: list[str] = ()) -> dict:
-    """conf/config.yaml with ``overrides`` applied, resolved, as a plain dict."""
-    return to_plain(hydra_compose(list(overrides)))
+    """conf/config.yaml with ``overrides`` applied, resolved, as a plain dict; an interpolation that cannot resolve
+    is an ``OverrideError`` naming the override the user typed."""
+    cfg = hydra_compose(list(overrides))
+    try:
+        return to_plain(cfg)
+    except OmegaConfBaseException as exc:
+        raise OverrideError(unresolvable(exc, list(overrides))) from None
+
+
+def unresolvable(exc: Exception, overrides: list[str]) -> str:
+    """One line: the typed overrides that interpolate (``model.name=${nope.x}``), what OmegaConf could not resolve,
+    and the key where it surfaced when that is another one (``hydra.run.dir`` holds ``${model.name}``)."""
+    typed = [o.replace("\\", "") for o in overrides  # a sweep point holds Hydra's escaped form, $\\{...\\}
+             if "${" in o.partition("=")[2].replace("\\", "")]
+    where = getattr(exc, "full_key", None)
+    lines = str(exc).strip().splitlines()
+    said = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    surfaced = f" (surfacing at {where})" if where and not any(o.partition("=")[0].lstrip("+~") == where
+                                                               for o in typed) else ""
+    return f"{', '.join(typed) or where or 'the config'}: cannot resolve the interpolation: {said}{surfaced}"
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -239,7 +258,10 @@ class Composer:
             data = copy.deepcopy(base.unresolved)
             for key, value in values:
                 set_dotted(data, key, value)
-            return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+            try:
+                return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+            except OmegaConfBaseException as exc:
+                raise OverrideError(unresolvable(exc, overrides)) from None
         return base.with_values(values)
 
 

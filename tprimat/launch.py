@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -14,9 +15,19 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from tprimat.compose import CONFIG_DIR, OverrideError, check_overrides, presets, register_configs, to_plain, unknown_preset
+from tprimat.compose import (
+    CONFIG_DIR,
+    OverrideError,
+    check_overrides,
+    compose,
+    presets,
+    register_configs,
+    to_plain,
+    unknown_preset,
+)
 from tprimat.execute.claim import DirectoryClaimed, claim
 from tprimat.execute.run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, execute, refuse_config
+from tprimat.spec.secrets import redact
 
 CLAIMS: list = []  # lock files of the directories this process claimed, held until it exits
 SWEEP_OUTCOMES: list[tuple[str, str]] = []  # (overrides, status) of each point run in this process
@@ -97,12 +108,32 @@ def one_line(exc: BaseException) -> str:
 
 def refuse_bad_overrides(argv: list[str]) -> None:
     """``tprimat.compose.check_overrides`` before Hydra sees the command line: one line, exit 2 (an unknown
-    preset is refused later, in ``task``, with a result written)."""
+    preset is refused later, in ``task``, with a result written). A single run whose typed interpolation cannot
+    resolve is refused here too, naming it: Hydra would otherwise fail naming ``hydra.run.dir``, whose directory
+    name interpolates ``model.name`` and ``framework.name``."""
+    overrides = [arg for arg in argv if not arg.startswith("-")]
     try:
-        check_overrides([arg for arg in argv if not arg.startswith("-")], presets_too=False)
+        check_overrides(overrides, presets_too=False)
+        if any("${" in value and key.lstrip("+~") in run_dir_keys() for key, _, value in map(split_override, overrides)) \
+                and not {"-m", "--multirun"} & set(argv):
+            compose(overrides)
     except OverrideError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        print(f"invalid: {redact(str(exc))}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
+    except Exception:  # noqa: BLE001 - anything else Hydra reports itself, as without this check
+        pass
+
+
+def split_override(text: str) -> tuple[str, str, str]:
+    return text.partition("=")
+
+
+def run_dir_keys() -> set[str]:
+    """The keys ``hydra.run.dir`` interpolates in conf/config.yaml (and itself): an interpolation typed for one of
+    them that cannot resolve fails inside Hydra, before ``task`` could write a result naming it."""
+    text = (Path(CONFIG_DIR) / "config.yaml").read_text()
+    line = next((ln for ln in text.splitlines() if ln.strip().startswith("dir:") and "${" in ln), "")
+    return {"hydra.run.dir", *re.findall(r"\$\{([A-Za-z_][\w.]*)\}", line)}
 
 
 def sweep_group(sweep_dir: Path) -> str:
