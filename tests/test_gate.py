@@ -110,6 +110,11 @@ def test_a_golden_workload_with_no_current_run_fails_and_labels_tell_workloads_a
     code, out, _ = gate(root / "rerun", "--golden", tmp_path / "two")  # the seq-128 workload only
     assert code == 1 and failed(out) == ["FAILED missing"], out
     assert "training.seq_length=64" in next(line for line in out if line.startswith("FAILED missing"))
+    code, out, _ = gate(root / "shorter", "--golden", root / "golden_values")  # golden seq 128, current seq 64 only
+    lines = [line for line in out if line.startswith(("FAILED golden", "FAILED missing"))]
+    assert code == 1 and len(lines) == 2, out
+    golden_line, missing_line = sorted(lines)
+    assert "training.seq_length=64" in golden_line and "training.seq_length=128" in missing_line, lines
 
 
 def test_a_missing_memory_figure_fails_naming_memory(runs, tmp_path):

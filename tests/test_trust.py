@@ -357,3 +357,22 @@ def test_a_log_without_tokens_still_shows_its_printed_step_times_and_memory():
     assert group.metrics["measured_steps"] == 0 and group.metrics["tokens_per_s_per_device"] is None
     assert group.metrics["step_time_s"]["median"] == pytest.approx((4.0 + 4.1005) / 2)  # steps 2, 3 (step 1 warm-up)
     assert group.metrics["peak_memory_gib"] == 4.0  # "(after 2 iterations) ... max allocated: 4096.0" MB
+
+
+def test_two_workloads_that_print_alike_are_told_apart_in_every_table():
+    """One model and device at two sequence lengths: two groups, and the console table and report.md's table carry
+    a "differs in" column naming the sequence length of each (the rows were identical in every column shown)."""
+    from rich.console import Console
+
+    from tprimat.compare.report import sections
+    from tprimat.compare.table import print_console
+
+    groups = build_groups(loaded(comparable(["training.seq_length=2048"]), comparable(["training.seq_length=4096"])))
+    assert len(groups) == 2 and {g.distinction for g in groups} == {"training.seq_length=2048",
+                                                                     "training.seq_length=4096"}
+    console = Console(record=True, width=400)
+    print_console(groups, [], [], console)
+    text = console.export_text()
+    assert "differs in" in text and "training.seq_length=2048" in text and "training.seq_length=4096" in text
+    report = "\n".join(sections(groups, [], [], [], "median"))
+    assert "| differs in |" in report and "training.seq_length=4096" in report

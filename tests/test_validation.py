@@ -1,6 +1,7 @@
 """The table of bad inputs: each rule gives one line naming the keys and values; exit code 2, no traceback."""
 
 
+import copy
 import json
 
 import pytest
@@ -361,3 +362,19 @@ def test_a_number_for_a_switch_is_refused_naming_the_key():
     with pytest.raises(OverrideError, match=r"training.compile=2: must be true or false"):
         check_overrides(["training.compile=2"])
     check_overrides(["training.compile=true", "parallelism.fsdp=false", "training.seq_length=2"])  # accepted
+
+
+@pytest.mark.parametrize("section,key", [("platform", "devices_per_node"), ("platform", "nodes"), ("parallelism", "tp"),
+                                         ("training", "micro_batch_size"), ("model", "num_attention_heads")])
+def test_tprimat_check_refuses_a_result_with_a_zero_size(tmp_path, section, key):
+    """A size is at least 1 in a result too: `tprimat check` accepted a spec with platform.devices_per_node=0 that
+    no launch could write (a hand edit, another tool's export); null (not stated) stays accepted."""
+    from tprimat.results.result import validate_result
+
+    result = run_inprocess(tmp_path, ["dry_run=true", "logging.wandb.mode=disabled"]).result
+    assert validate_result(result) == []
+    broken = copy.deepcopy(result)
+    broken["spec"][section][key] = 0
+    assert any(f"spec/{section}/{key}: 0 is less than the minimum of 1" in p for p in validate_result(broken))
+    broken["spec"][section][key] = None
+    assert not any(f"spec/{section}/{key}" in p for p in validate_result(broken))

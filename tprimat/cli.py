@@ -152,8 +152,8 @@ def project_point(overrides: list[str], compose, hw, preflight, measure: bool,
     except SpecError as exc:
         return None, exc.problems[0]
     prepared = prepare(spec, hw, dry_run=True)
-    if prepared.problems:
-        return None, prepared.problems[0]
+    if prepared.all_problems:  # the rules a launch and tprimat plan apply, the backend's own included
+        return None, prepared.all_problems[0]
     if not measure:
         return projection_of(spec, prepared.plan, preflight), ""
     return measured_point(compose(overrides), spec, prepared.plan, hw, preflight, verify)

@@ -57,6 +57,8 @@ def check_overrides(overrides: list[str], presets_too: bool = True) -> None:
         if eq and bool_key(key.lstrip("+~")) and value.strip().lower() not in BOOL_WORDS and "${" not in value \
                 and "," not in value:
             raise OverrideError(f"{key}={value[:80]}: must be true or false (a number is not read as a switch)")
+        if eq and key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value.strip() in ("", "''", '""'):
+            raise OverrideError(f"{key}='': must name a directory for the run's files (the default is outputs/...)")
         if eq and presets_too and key.lstrip("+") == "experiment":
             for name in value.split(","):
                 if name and name not in presets():

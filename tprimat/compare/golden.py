@@ -29,7 +29,8 @@ from typing import Optional
 import numpy as np
 
 from tprimat.compare import stats
-from tprimat.compare.groups import Group
+from tprimat.compare.groups import Group, flat
+from tprimat.spec.build import IDENTITY_EXCLUDES
 
 GOLDEN_FILE = "golden.json"
 GOLDEN_VERSION = 2  # 2: groups keyed by spec identity (1: by label, which two workloads can share)
@@ -105,9 +106,15 @@ def peak_memory(group: Group) -> Optional[float]:
     return max(peaks) if peaks else None
 
 
+def identifying(spec: dict) -> dict:
+    """The spec as its identity reads it (``tprimat.spec.build.IDENTITY_EXCLUDES`` left out)."""
+    return {k: v for k, v in spec.items() if k not in IDENTITY_EXCLUDES}
+
+
 def golden_of(group: Group) -> dict:
     tokens, seconds = steady(group)
-    return {"spec_identity": group.identity, "loss": {str(k): v for k, v in sorted(loss_curve(group).items())},
+    return {"spec_identity": group.identity, "spec": identifying(group.spec),
+            "loss": {str(k): v for k, v in sorted(loss_curve(group).items())},
             "steady_tokens": tokens, "steady_seconds": seconds,
             "step_time_s": statistics.median(seconds) if seconds else None,
             "repeat_rates": [r.rate for r in group.repeats],
@@ -233,8 +240,23 @@ def judge(groups: list[Group], golden: dict, time_tolerance: float, memory_toler
                                               check_loss(group, gold, min_correlation),
                                               check_memory(group, gold, memory_tolerance)]))
     current = {g.identity for g in groups}
+    unmatched = [(v, identifying(g.spec)) for v, g in zip(verdicts, groups) if g.identity not in golden]
     for identity, gold in sorted(golden.items()):
         if identity not in current:
             verdicts.append(Verdict(gold.get("label", identity), [Check(
                 "missing", False, f"missing: no current result for this golden workload (spec {identity})")]))
+            unmatched.append((verdicts[-1], gold.get("spec") or {}))
+    told_apart(unmatched)
     return verdicts
+
+
+def told_apart(named: list[tuple[Verdict, dict]], shown: int = 4) -> None:
+    """A current workload with no golden values and a golden one with no current run that print one label: each
+    label gets the spec keys whose values tell them apart (``training.seq_length=64``)."""
+    by_label: dict[str, list] = {}
+    for verdict, spec in named:
+        by_label.setdefault(verdict.label, []).append((verdict, flat(spec)))
+    for same in (v for v in by_label.values() if len(v) > 1):
+        keys = sorted({k for _, f in same for k in f if len({json.dumps(g.get(k), sort_keys=True) for _, g in same}) > 1})
+        for verdict, f in same:
+            verdict.label += " | " + (", ".join(f"{k}={f.get(k)}" for k in keys[:shown]) or "spec not stored")

@@ -392,7 +392,7 @@ def group_summary(group: Group) -> dict:
             "platform": group.platform, "device": group.device, "world_size": group.world_size,
             "methodology": group.methodology, "precision": group.precision, "layout": layout_of(group.first),
             "numerics": group.numerics, "compile": group.compile, "recompute": group.recompute,
-            "optimisations": group.optimisations, "logs": group.logs,
+            "optimisations": group.optimisations, "logs": group.logs, "distinction": group.distinction,
             **{k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items() if k != "step_time_s"},
             "step_time_s_median": m["step_time_s"]["median"], "step_time_s_iqr": m["step_time_s"]["iqr"],
             "repeat_rates": [{"source": r.source, "tokens_per_s_per_device": r.rate, "provenance": r.provenance}

@@ -22,6 +22,7 @@ COLUMNS = [  # (header, key in group_summary)
     ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"), ("flags", "flags"),
 ]
 LOGS = ("log", "logs")  # a first column where any group is an ingested log
+DIFFERS = ("differs in", "distinction")  # where two groups would print one row alike: what tells them apart
 MARKS = {"reported": " (reported)", "computed": "", "measured": ""}
 REFUSALS_LISTED = 10  # more refused pairs than this are counted by reason on the console (report.md lists them)
 
@@ -60,8 +61,10 @@ def cell(group: Group, key: str) -> str:
 
 
 def columns(groups: list[Group]) -> list[tuple[str, str]]:
-    """``COLUMNS``, led by the ingested logs' names when a group has any."""
-    return ([LOGS] if any(g.logs for g in groups) else []) + COLUMNS
+    """``COLUMNS``, led by the ingested logs' names when a group has any, and by what tells two groups apart when
+    two would otherwise print alike (``tprimat.compare.groups.distinguish``)."""
+    return ([LOGS] if any(g.logs for g in groups) else []) + ([DIFFERS] if any(g.distinction for g in groups) else []) \
+        + COLUMNS
 
 
 def print_console(groups: list[Group], found: list[Speedup], skipped: list, console=None) -> None:
