@@ -1,12 +1,14 @@
 """The published rows ``bench/projection.py`` scores: every row of the tables it cites that the spec can express,
 each once, near-duplicates sharing a ``family`` (counted once), and those it cannot express, each with why.
 
-The tables: Megatron-Bridge's performance summary (docs/performance-summary-archive.md, the 25.11, 26.04 and
-26.04.01 sections: their Llama 3 / 3.1 tables), NeMo 24.07's performance summary (its pre-training table, the
-version of 2024-08-14, commit 164b0097f8), torchtitan's three benchmark files (llama3_h100_202412, asyncTP_llama3_
-h100_2025-06, llama3-8b_h200_202506_trainy-whitefiber) and two MLPerf Training v5.1 results. The rows the method was
-developed against, and rows whose score was published before this list was written (torchtitan's 70B FP8 2D and CP4
-at 128k, in the review that asked for it), are scored here; rows never scored are held out in bench/held_out_3.py.
+The tables: Megatron-Bridge's performance summary (docs/performance-summary-archive.md, every section's Llama 3 /
+3.1 tables, 25.09 to 26.06.01; the current docs/performance-summary.md has no Llama row), NeMo 24.07's performance
+summary (its pre-training table, the version of 2024-08-14, commit 164b0097f8), torchtitan's three benchmark files
+(llama3_h100_202412, asyncTP_llama3_h100_2025-06, llama3-8b_h200_202506_trainy-whitefiber) and two MLPerf Training
+v5.1 results. The rows the method was developed against, rows whose score was published before this list was
+written (torchtitan's 70B FP8 2D and CP4 at 128k, in the review that asked for it) and near-duplicates of them are
+scored here; rows never scored are held out in bench/held_out_3.py and bench/held_out_4.py (the GB200 and GB300
+rows, expressible once the hardware table held those GPUs).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def gpt3(name, layers, hidden, heads) -> list[str]:
             "model.max_position_embeddings=2048", f"model.reference='NeMo {name} (GPTConfig)'"]
 
 
+# Megatron FSDP (the tables' FSDP column) shards everything: not with the recipes' distributed optimizer
+MEGATRON_FSDP = ["parallelism.fsdp=true", "parallelism.zero_stage=0"]
 FSDP, SEL, COMPILE = "parallelism.fsdp=true", "training.activation_checkpointing=selective", "training.compile=true"
 FULL = "training.activation_checkpointing=full"
 TP8 = ["parallelism.tp=8", "parallelism.sequence_parallel=true"]
@@ -79,8 +83,10 @@ def titan(name, gpus, gbs, mbs, precision, layout, published, source=TITAN, mode
 
 TITAN_70B_2D = [FSDP, *TP8, FULL, COMPILE]
 SCORED = [
-    row("H100 8B FP8 FSDP, Megatron-Bridge 25.11", "h100", "nvidia", 8, 128, 1, "fp8", [FSDP, "parallelism.zero_stage=0"],
-        14451, MB + " (25.11)"),  # Megatron FSDP shards everything: not with the recipe's distributed optimizer
+    row("H100 8B FP8 FSDP, Megatron-Bridge 25.11", "h100", "nvidia", 8, 128, 1, "fp8", MEGATRON_FSDP, 14451,
+        MB + " (25.11)", family="Megatron-Bridge H100 8B FSDP"),
+    row("H100 8B FP8 FSDP, Megatron-Bridge 25.09", "h100", "nvidia", 8, 128, 1, "fp8", MEGATRON_FSDP, 14079,
+        MB + " (25.09)", family="Megatron-Bridge H100 8B FSDP"),
     row("H100 8B FP8 CP2, NeMo 24.07", "h100", "nvidia", 8, 128, 1, "fp8", megatron_layout(cp=2), 12036, NEMO,
         framework="nemo"),
     titan("H100 8B BF16 FSDP, torchtitan", 8, 16, 2, "bf16", [FSDP, SEL], 5762, family="torchtitan 8B BF16 FSDP"),
@@ -121,9 +127,16 @@ SCORED = [
         megatron_layout(4, 8, 1, 5), 1633, MB + " (26.04)", model="llama70b", family="Megatron-Bridge H100 70B"),
     row("H100 70B FP8 TP4 PP8 VP5 GBS 128, Megatron-Bridge 25.11", "h100", "nvidia", 64, 128, 1, "fp8",
         megatron_layout(4, 8, 1, 5), 1602, MB + " (25.11)", model="llama70b", family="Megatron-Bridge H100 70B"),
+    *[row(f"H100 70B FP8 TP4 PP8 VP5 GBS {gbs}, Megatron-Bridge {version}", "h100", "nvidia", 64, gbs, 1, "fp8",
+          megatron_layout(4, 8, 1, 5), published, f"{MB} ({version})", model="llama70b",
+          family="Megatron-Bridge H100 70B") for version, gbs, published in (("26.02.01", 256, 1639),
+                                                                           ("26.02", 256, 1621), ("25.09", 128, 1619))],
     row("H100 70B FP8 TP4 PP4 CP2 VP5, NeMo 24.07", "h100", "nvidia", 64, 128, 1, "fp8", megatron_layout(4, 4, 2, 5),
         1533, NEMO, model="llama70b", framework="nemo"),
-    row("B200 8B FP8 DP, Megatron-Bridge 25.11", "b200", "nvidia", 8, 128, 2, "fp8", [], 30624, MB + " (25.11)"),
+    row("B200 8B FP8 DP, Megatron-Bridge 25.11", "b200", "nvidia", 8, 128, 2, "fp8", [], 30624, MB + " (25.11)",
+        family="Megatron-Bridge B200 8B"),
+    row("B200 8B FP8 DP, Megatron-Bridge 25.09", "b200", "nvidia", 8, 128, 2, "fp8", [], 29994, MB + " (25.09)",
+        family="Megatron-Bridge B200 8B"),
     row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
         "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
 ]
@@ -134,8 +147,8 @@ NOT_EXPRESSIBLE = [
     ("torchtitan float8 rowwise, vanilla TP (70B 599.6, 8B 3708.5)", "rowwise FP8 scaling is not a precision "
      "the spec has (training.precision=fp8 is tensorwise)"),
     ("torchtitan 202412 Tables 5-6 (405B on 512 H100s)", "every row runs async TP"),
-    ("Megatron-Bridge DGX-GB300, DGX-GB200, DGX-B300 rows (25.11, 26.04, 26.04.01)",
-     "GB300, GB200 and B300 are not in the hardware table"),
+    ("Megatron-Bridge 26.06 / 26.06.01 SFT and LoRA tables (Llama 3 70B)", "fine-tuning: LoRA adapters and packed SFT "
+     "sequences are not in the spec (the 26.06 sections have no Llama pre-training row but 405B)"),
     ("Megatron-Bridge MXFP8 and NVFP4 rows (e.g. B200 8B FP8-MX 29521)", "block-scaled FP8 and FP4 are not precisions "
      "the spec has"),
     ("Megatron-Bridge DeepSeekV3, Qwen3 30B-A3B / 235B-A22B, GPT-OSS 120B, Kimi-K2, Nemotron 3 rows",
@@ -145,9 +158,10 @@ NOT_EXPRESSIBLE = [
      "LoRA adapters are not in the spec"),
     ("NeMo 24.07's later versions of the same table (vboost: 11883 / 1549; final: 12273 / 1524 for Llama 3 8B / 70B)",
      "versions of the rows above, counted once (the first)"),
-    ("Megatron-Bridge Llama 3.1 405B rows (H100 x1024 TP8 PP8 CP2 VP8: 292 in 25.11, 328 in 26.04.01; B200 x128 TP4 "
-     "PP8 CP2 VP8: 661 in 25.11)", "126 layers over pp=8 is Megatron's uneven split (embedding and loss counted as "
-     "layers: 128 units); the spec splits layers evenly"),
+    ("Megatron-Bridge Llama 3.1 405B rows of every section (e.g. H100 x1024 TP8 PP8 CP2 VP8: 302 in 25.09, 292 in "
+     "25.11, 311 / 326 in 26.02-26.06, 328 in 26.04.01; B200 x128: 664 / 661; GB200 / GB300 x256)", "126 layers over "
+     "pp=8 or 16 is Megatron's uneven split (embedding and loss counted as layers: 128 units); the spec splits layers "
+     "evenly"),
     ("NeMo 24.07 GPT3-5B / 20B / 175B", "tprimat translates Llama-style decoders only for NeMo and Megatron-LM (the spec "
      "refuses GPT-2 blocks under framework=nemo)"),
     ("NeMo docs performance_long_sequence.md (Llama 2 7B on H100 with CP, 4k-1M tokens; Llama 3 8B on B200)",
