@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import statistics
 import subprocess
@@ -53,6 +54,8 @@ from tprimat.spec.build import build_spec  # noqa: E402
 from tprimat.spec.detect import DetectedHardware, cpu_precision  # noqa: E402
 from tprimat.spec.plan import make_plan  # noqa: E402
 
+# Published rows held out: each file committed on its own before it was first scored (its docstring says which)
+HELD_OUT_SETS = ("held_out_3", "held_out_4")
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -152,9 +155,10 @@ EFFECTS = {"the stacks' attention kernels (attention at the matmul ceiling inste
            "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute}
 
 
-def scored_set(label: str, rows: list[dict]) -> float:
-    """Print a set's rows, its median over families, and that median with each modelled effect taken away."""
-    errors = published(rows)
+def scored_set(label: str, rows: list[dict], quiet: bool = False) -> float:
+    """Print a set's rows (unless ``quiet``: printed already), its median over families, and that median with each
+    modelled effect taken away."""
+    errors = published(rows, quiet)
     median = family_median(errors)
     print(f"{label}: median |error| {median:.3f} over {len({f for f, _ in errors})} families (near-duplicates "
           f"once) of {len(errors)} rows")
@@ -191,11 +195,13 @@ def main() -> None:
     median = scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED)
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
-    import held_out_3
-
-    print(f"held out: {held_out_3.__doc__.splitlines()[0]}")
-    held = scored_set("held out", [row(**r) for r in held_out_3.PUBLISHED])
-    print(f"held_out_median_abs_error={held:.3f}")
+    held = []
+    for module in HELD_OUT_SETS:
+        rows = [row(**r) for r in importlib.import_module(module).PUBLISHED]
+        print(f"held out: bench/{module}.py")
+        scored_set(f"held out, bench/{module}.py", rows)
+        held += rows
+    print(f"held_out_median_abs_error={scored_set('held out, every set', held, quiet=True):.3f}")
 
     def chosen(runs: list) -> list:
         return runs if args.only is None else [runs[args.only]]
