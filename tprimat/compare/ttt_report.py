@@ -26,13 +26,13 @@ def priced(scores: list[Score], prices: dict[str, float]) -> None:
 
 def table_lines(scores: list[Score]) -> list[str]:
     """One row per system and benchmark, flags beside; "not stated" for what no log or systems JSON states."""
-    lines = ["| submitter | system | benchmark | accelerator | nodes x devices | framework | precision | global batch | "
+    lines = ["| submitter | system | benchmark | accelerator | nodes / devices | framework | precision | global batch | "
              "score (min) | olympic mean (min) | scaling | converged / runs | samples to target | tokens/s/device | "
              "GPU-hours | cost to train (USD) | flags |", "|" + "---|" * 17]
     for s in scores:
         st = s.stated
         lines.append(
-            f"| {s.submitter} | {s.system} | {s.benchmark} | {cell(s.accelerator)} | {cell(s.nodes)} x {cell(s.devices)} | "
+            f"| {s.submitter} | {s.system} | {s.benchmark} | {cell(s.accelerator)} | {cell(s.nodes)} / {cell(s.devices)} | "
             f"{cell(st.get('framework'))} | {cell(st.get('precision'))} | {cell(st.get('global_batch_size'))} | "
             f"{cell(s.minutes, '.2f') if s.minutes is not None else 'no score'} | {cell(s.unscaled_minutes, '.2f')} | "
             f"{cell(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
