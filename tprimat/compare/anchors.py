@@ -43,10 +43,10 @@ def differences(group: Group, row: dict) -> list[str]:
     """What differs between the group's run and the published one: each a short phrase naming both sides."""
     tr, found = group.spec["training"], []
     if row["precision"] != tr.get("precision"):
-        found.append(f"precision {tr.get('precision')} vs {row['precision'] or 'not stated'}")
+        found.append(f"precision {tr.get('precision') or 'not stated'} vs {row['precision'] or 'not stated'}")
     if row["layout"] is not None:
         mine, theirs = group_layout(group), {**dict.fromkeys(LAYOUT_KEYS), **row["layout"]}
-        changed = [f"{k} {mine[k]} vs {theirs[k]}" for k in LAYOUT_KEYS
+        changed = [f"{k} {'not stated' if mine[k] is None else mine[k]} vs {theirs[k]}" for k in LAYOUT_KEYS
                    if theirs[k] is not None and theirs[k] != mine[k] and not (theirs[k] in (1, False) and not mine[k])]
         found += [f"layout: {c}" for c in changed]
     for key, name in (("global_batch_size", "global batch"), ("micro_batch_size", "micro batch"),
@@ -54,7 +54,7 @@ def differences(group: Group, row: dict) -> list[str]:
         if row[key] is not None and row[key] != tr.get(key):
             found.append(f"{name} {'not stated' if tr.get(key) is None else tr.get(key)} vs {row[key]}")
     if row["gpus"] != group.world_size:
-        found.append(f"GPU count {group.world_size} vs {row['gpus']}")
+        found.append(f"GPU count {group.world_size or 'not stated'} vs {row['gpus']}")
     mine = group.spec["platform"].get("power_limit_w")
     if row.get("power_w") and row["power_w"] != mine:
         found.append(f"power cap {f'{mine:g} W' if mine else 'none (TDP)'} vs {row['power_w']} W")

@@ -85,14 +85,19 @@ def refused_section(found: list[Speedup]) -> list[str]:
     return ["", "## Refused pairs"] + lines if lines else []
 
 
+NOT_STATED = "not stated"  # what no result states: never None, never a guessed default
+
+
 def hardware_table(groups: list[Group]) -> list[str]:
     rows = []
     for g in groups:
         env = g.first.get("environment") or {}
         gpu, cpu = env.get("gpu") or {}, env.get("cpu") or {}
-        rows.append([g.label, str(gpu.get("name") or cpu.get("model") or "n/a"), str(gpu.get("count") or 0),
-                     str(gpu.get("driver") or "n/a"), str((env.get("packages") or {}).get("torch", "n/a")),
-                     f"{g.framework} {(g.first.get('framework') or {}).get('version', '')}"])
+        version = (g.first.get("framework") or {}).get("version")
+        rows.append([g.label, str(gpu.get("name") or cpu.get("model") or NOT_STATED),
+                     str(gpu.get("count") if gpu.get("count") is not None else NOT_STATED),
+                     str(gpu.get("driver") or NOT_STATED), str((env.get("packages") or {}).get("torch") or NOT_STATED),
+                     f"{g.framework} {version or '(version not stated)'}"])
     return _md_table(["group", "device", "GPUs", "driver", "torch", "framework"], rows)
 
 
