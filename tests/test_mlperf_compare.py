@@ -29,8 +29,9 @@ def mllog(key: str, time_ms: int, value=None, **metadata) -> str:
 
 
 def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, traceback: bool = False) -> str:
-    """One run: submission keys, its seed, four throughput blocks of 1,536 samples (AMD's tracked_stats), an eval at
-    the target after 6,144 samples, run_stop success; optionally a Python traceback printed along the way."""
+    """One run: submission keys, its seed, four throughput blocks of 1,536 samples (AMD's tracked_stats) whose rate
+    falls by a quarter from the first to the last (drift that flags a window of like steps as not steady), an eval
+    at the target after 6,144 samples, run_stop success; optionally a Python traceback printed along the way."""
     stop = START + round(minutes * 60_000)
     lines = [mllog("submission_benchmark", START - 10, benchmark), mllog("submission_org", START - 10, "Test"),
              mllog("submission_platform", START - 10, "8xTEST"), mllog("global_batch_size", START - 5, GBS),
@@ -40,7 +41,8 @@ def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, tra
     for block in range(4):
         t = START + 1000 * (block + 1)
         lines += [mllog("block_start", t, samples_count=1536 * block),
-                  mllog("tracked_stats", t + 500, {"throughput": samples_per_s}, step=1536 * (block + 1)),
+                  mllog("tracked_stats", t + 500, {"throughput": samples_per_s * (1 - block / 12)},
+                        step=1536 * (block + 1)),
                   mllog("block_stop", t + 900, samples_count=1536 * (block + 1))]
     target = 3.29 if benchmark == "llama31_8b" else 0.92
     lines += [mllog("eval_accuracy", stop - 1, target, samples_count=6144),
@@ -48,7 +50,8 @@ def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, tra
     return "\n".join(lines) + "\n"
 
 
-def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = False, tag: str = "") -> Path:
+def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = False, tag: str = "",
+               sw_notes: str = "") -> Path:
     """Two 8-GPU systems, ten runs each (seeds 1-10): H100 runs take 30 + n/10 minutes, MI300X 40 + n/10."""
     for submitter, gpu, name, base in ((f"Nv{tag}", "H100", "NVIDIA H100-SXM5-80GB", 30.0),
                                        (f"Amd{tag}", "MI300X", "AMD Instinct MI300X 192GB HBM3", 40.0)):
@@ -60,7 +63,7 @@ def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = Fals
         (root / submitter / "systems").mkdir(parents=True)
         (root / submitter / "systems" / f"sys_{gpu}.json").write_text(json.dumps({
             "accelerator_model_name": name, "accelerators_per_node": "8", "number_of_nodes": "1",
-            "framework": f"{submitter}Stack 1.0"}))
+            "framework": f"{submitter}Stack 1.0", "sw_notes": sw_notes if gpu == "MI300X" else ""}))
     return root
 
 
@@ -75,7 +78,7 @@ def tprimat(*args) -> str:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[Path, str]:
     tmp = tmp_path_factory.mktemp("mlperf")
-    tprimat("ingest", repository(tmp / "repo", traceback=True), "--out", tmp / "results")
+    tprimat("ingest", repository(tmp / "repo", traceback=True, sw_notes="FP8 Training"), "--out", tmp / "results")
     said = tprimat("compare", tmp / "results", "--out", tmp / "report", "--by", "platform.gpu",
                    "--price", "h100=2.5", "--price", "mi300x=2")
     return tmp, said
@@ -99,6 +102,8 @@ def test_the_time_to_train_table_states_what_the_logs_state_and_the_cost_at_the_
     assert h100["cost_to_train_usd"] == pytest.approx(30.45 * 8 / 60 * 2.5)
     assert h100["price_source"] == "compare --price h100=2.5" and h100["framework"] == "NvStack 1.0"
     assert h100["global_batch_size"] == GBS and h100["precision"] is None and h100["gpu"] == "h100"
+    assert rows["sys_MI300X"]["precision"] == "fp8 (systems JSON sw_notes: 'FP8 Training')"  # AMD's JSONs say so
+    assert {r["target_source"] for r in h100["run_details"]} == {"MLPerf Training rules' quality target"}
     assert h100["samples_to_target"] == 6144
     assert rows["sys_MI300X"]["cost_to_train_usd"] == pytest.approx(40.45 * 8 / 60 * 2)
     table = [line for line in said.splitlines() if line.startswith("| Nv | sys_H100 |")][0]
@@ -124,11 +129,14 @@ def test_a_traceback_in_a_run_that_stopped_with_success_is_kept_not_its_verdict(
 
 
 def test_llama2_70b_lora_throughput_counts_its_8192_token_sequences(tmp_path):
-    """No sequence length in a LoRA log: the benchmark's 8,192 tokens per sample, said so. 16 samples/s x 8,192
-    tokens / 8 devices = 16,384 tokens/s/device, by hand."""
+    """No sequence length in a LoRA log: the benchmark's 8,192 tokens per sample, said so. The four blocks (each one
+    step of the 32-sample batch at the block's rate; MLPerf's blocks have no warm-up) at 16 x (12, 11, 10, 9) / 12
+    samples/s: 32 x 4 samples over the sum of their step times, x 8,192 tokens / 8 devices, by hand."""
     tprimat("ingest", repository(tmp_path / "repo", "llama2_70b_lora"), "--out", tmp_path / "results")
     h100 = [json.loads(p.read_text()) for p in (tmp_path / "results" / "Nv").rglob("result.json")]
-    assert [r["summary"]["tokens_per_s_per_device"] for r in h100] == [pytest.approx(16 * 8192 / 8)] * 10
+    rates = [16 * (1 - b / 12) for b in (0, 1, 2, 3)]
+    expected = 4 * 32 / sum(32 / r for r in rates) * 8192 / 8
+    assert [r["summary"]["tokens_per_s_per_device"] for r in h100] == [pytest.approx(expected)] * 10
     assert {r["spec"]["training"]["seq_length"] for r in h100} == {8192}
 
 
@@ -145,3 +153,32 @@ def test_refused_pairs_grow_the_report_by_reason_not_by_pair(tmp_path):
     assert refused == {"model": 36}
     assert len([s for s in comparison["speedups"] if s["refused"]]) == 5 * len(refused)
     assert md.count("more pairs refused for the same reason") == len(refused)
+
+
+def test_a_price_stated_at_ingest_a_logged_target_filters_and_a_repository_with_no_throughput(tmp_path):
+    """A price set at ingest (platform.price_per_device_hour_usd) gives the cost to train with no --price; a target
+    the log states (target_accuracy) is the one judged, said so; compare's --platform filter applies to the time to
+    train; and runs with no throughput blocks (no ok result to compare) still get their score, exit 0."""
+    repo = repository(tmp_path / "repo")
+    for log in (repo / "Nv" / "results" / "sys_H100" / "llama31_8b").glob("result_*.txt"):
+        log.write_text(log.read_text().replace(mllog("run_start", START), mllog("target_accuracy", START - 1, 3.2)
+                                                + "\n" + mllog("run_start", START)))
+    tprimat("ingest", repo / "Nv", "--out", tmp_path / "nv", "--set", "platform.price_per_device_hour_usd=3.0")
+    tprimat("ingest", repo / "Amd", "--out", tmp_path / "amd")
+    tprimat("compare", tmp_path / "nv", tmp_path / "amd", "--out", tmp_path / "report", "--platform", "amd")
+    rows = json.loads((tmp_path / "report" / "comparison.json").read_text())["time_to_train"]
+    assert [r["system"] for r in rows] == ["sys_MI300X"]  # --platform amd: the H100 system is filtered out
+    tprimat("compare", tmp_path / "nv", "--out", tmp_path / "nv_report")
+    (h100,) = json.loads((tmp_path / "nv_report" / "comparison.json").read_text())["time_to_train"]
+    # the log's own target 3.2: the eval at 3.29 does not reach it, so no run converged and there is no score
+    assert {r["target_source"] for r in h100["run_details"]} == {"log: MLLOG target_accuracy"}
+    assert h100["score_minutes"] is None and h100["converged"] == 0
+    assert h100["price_per_device_hour_usd"] == 3.0 and "platform.price_per_device_hour_usd" in h100["price_source"]
+    for log in (repo / "Amd" / "results" / "sys_MI300X" / "llama31_8b").glob("result_*.txt"):
+        log.write_text("\n".join(line for line in log.read_text().splitlines() if "block_" not in line
+                                 and "tracked_stats" not in line) + "\n")
+    tprimat("ingest", repo / "Amd", "--out", tmp_path / "no_blocks")
+    said = tprimat("compare", tmp_path / "no_blocks", "--out", tmp_path / "no_blocks_report")
+    assert "| Amd | sys_MI300X | llama31_8b |" in said and "| 40.45 |" in said
+    assert json.loads((tmp_path / "no_blocks_report" / "comparison.json").read_text())["time_to_train"][0][
+        "score_minutes"] == pytest.approx(40.45)

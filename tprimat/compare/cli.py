@@ -62,6 +62,14 @@ def keep(result: dict, args: argparse.Namespace) -> bool:
     return not (args.methodology and spec["methodology"].get("name") != args.methodology)
 
 
+def kept_safely(result: dict, args: argparse.Namespace) -> bool:
+    """``keep`` for any JSON object ``tprimat ingest`` may have written (a failed run's spec may be partial)."""
+    try:
+        return keep(result, args)
+    except (KeyError, TypeError, AttributeError):
+        return not (args.platform or args.frameworks or args.models or args.methodology)
+
+
 def price(text: str) -> tuple[str, float]:
     """``--price h100=2.99``: a GPU key and a positive price per device-hour in USD."""
     gpu, _, usd = text.partition("=")
@@ -72,7 +80,7 @@ def price(text: str) -> tuple[str, float]:
     if not gpu or not (value > 0 and value < float("inf")):
         raise argparse.ArgumentTypeError(f"--price {text!r}: must be GPU=USD, a platform.gpu key and a positive price "
                                          "per device-hour")
-    return gpu, value
+    return gpu.lower(), value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,41 +88,56 @@ def run(args: argparse.Namespace) -> int:
     preflights = report.preflights + [json.loads(Path(p).read_text()) for p in args.preflight]
     results, unreadable = admit([r for r in report.results if keep(r.result, args)])
     report.skipped.extend(unreadable)
+    ttt = ttt_report.printed(args.paths, dict(args.price or []), BY_ALIASES.get(args.by, args.by) == "device",
+                             lambda result: kept_safely(result, args))
     if not results:
-        print(f"no ok results under {' '.join(args.paths)} (after filters); skipped: {len(report.skipped)}",
-              file=sys.stderr)
-        for path, why in report.skipped:
-            print(f"  skipped {path}: {why}", file=sys.stderr)
-        return 1
+        return no_results(args, report.skipped, ttt)
     groups = build_groups(results, args.aggregate, ceilings_from(preflights))
     found = speedups(groups, args.by)
     print_console(groups, found, report.skipped)
-    ttt = ttt_report.printed(args.paths, dict(args.price or []), BY_ALIASES.get(args.by, args.by) == "device")
     for note in report.notes:
         print(f"note: {note}")
     near = {g.identity: published.beside(g, published.load()["rows"]) for g in groups} if args.anchors else {}
     for group in groups if args.anchors else ():
         print_anchors(group, near[group.identity])
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        pngs = plotting.all_plots(groups, out / "plots")
-        tables = write_tables(groups, out)
-        comparison = {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g),
-                                  **({"anchors": near[g.identity]} if args.anchors else {})} for g in groups],
-                      **bounded(found)}
-        if args.anchors:
-            comparison["anchors"] = published.used_rows(near)
-        if ttt:
-            comparison["time_to_train"] = [t.as_dict() for t in ttt]
-        (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
-        md = write_report(groups, found, report.skipped, pngs, out, args.aggregate, near)
-        ttt_report.append_to_report(md, ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
-        page = write_html(groups, found, out, near if args.anchors else None, ttt_report.html_section(ttt))
-        print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
+        write_outputs(Path(args.out), groups, found, report.skipped, near, ttt, args)
     if args.baseline:
         return run_gate(groups, args)
     return 0
+
+
+def no_results(args: argparse.Namespace, skipped: list, ttt: list) -> int:
+    """No ok result to compare: say why; MLPerf runs without throughput blocks still have their time to train."""
+    print(f"no ok results under {' '.join(args.paths)} (after filters); skipped: {len(skipped)}", file=sys.stderr)
+    for path, why in skipped:
+        print(f"  skipped {path}: {why}", file=sys.stderr)
+    if ttt and args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "comparison.json").write_text(json.dumps({"time_to_train": [t.as_dict() for t in ttt]}, indent=2))
+        (out / "report.md").write_text("# tprimat comparison report\n")
+        ttt_report.append_to_report(out / "report.md", ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+    return 0 if ttt else 1
+
+
+def write_outputs(out: Path, groups, found, skipped: list, near: dict, ttt: list, args: argparse.Namespace) -> None:
+    """comparison.json, report.md, report.html, the plots and the tables under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = plotting.all_plots(groups, out / "plots")
+    tables = write_tables(groups, out)
+    comparison = {"groups": [{**group_summary(g), "breakdown": group_breakdown(g), "memory": group_memory(g),
+                              **({"anchors": near[g.identity]} if args.anchors else {})} for g in groups],
+                  **bounded(found)}
+    if args.anchors:
+        comparison["anchors"] = published.used_rows(near)
+    if ttt:
+        comparison["time_to_train"] = [t.as_dict() for t in ttt]
+    (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    md = write_report(groups, found, skipped, pngs, out, args.aggregate, near)
+    ttt_report.append_to_report(md, ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+    page = write_html(groups, found, out, near if args.anchors else None, ttt_report.html_section(ttt))
+    print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
 
 
 def print_anchors(group, rows: list[dict]) -> None:

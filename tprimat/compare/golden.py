@@ -239,15 +239,16 @@ def judge(groups: list[Group], golden: dict, time_tolerance: float, memory_toler
         verdicts.append(Verdict(group.label, [check_throughput(group, gold, time_tolerance),
                                               check_loss(group, gold, min_correlation),
                                               check_memory(group, gold, memory_tolerance)]))
-    current = {g.identity for g in groups}
-    unmatched = [(v, identifying(g.spec)) for v, g in zip(verdicts, groups) if g.identity not in golden]
-    for identity, gold in sorted(golden.items()):
-        if identity not in current:
-            verdicts.append(Verdict(gold.get("label", identity), [Check(
-                "missing", False, f"missing: no current result for this golden workload (spec {identity})")]))
-            unmatched.append((verdicts[-1], gold.get("spec") or {}))
-    told_apart(unmatched)
-    return verdicts
+    missing = missing_verdicts(golden, {g.identity for g in groups})
+    told_apart([(v, identifying(g.spec)) for v, g in zip(verdicts, groups) if g.identity not in golden] + missing)
+    return verdicts + [v for v, _ in missing]
+
+
+def missing_verdicts(golden: dict, current: set) -> list[tuple[Verdict, dict]]:
+    """A failed verdict for each golden workload with no current result, beside the spec it stored."""
+    return [(Verdict(gold.get("label", identity), [Check(
+        "missing", False, f"missing: no current result for this golden workload (spec {identity})")]),
+             gold.get("spec") or {}) for identity, gold in sorted(golden.items()) if identity not in current]
 
 
 def told_apart(named: list[tuple[Verdict, dict]], shown: int = 4) -> None:

@@ -132,7 +132,7 @@ def cost_table(groups: list[Group]) -> list[str]:
 
 
 def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
-    conventions = sorted({str(g.metrics.get("flops_convention")) for g in groups})
+    conventions = sorted({str(g.metrics.get("flops_convention") or NOT_STATED) for g in groups})
     warmups = sorted({g.spec["benchmark"]["warmup_steps"] for g in groups})
     return ["## Methodology", "",
             f"- Warm-up: the first {', '.join(map(str, warmups))} step(s) of every repeat are recorded but never "

@@ -203,7 +203,7 @@ def axis_between(a: Group, b: Group) -> Optional[str]:
     axes_a, axes_b = a.axes(), b.axes()
     differ = [k for k in AXES if axes_a[k] != axes_b[k]]
     if "?" in axes_a["layout"] + axes_b["layout"] and a.world_size != b.world_size:
-        differ.append("devices")  # an unstated layout does not fix the device count: equal counts only
+        return None  # an unstated layout does not fix the device count: pairs at equal counts only
     hardware = [k for k in differ if k in ("platform", "device")]
     tuned = axes_a["methodology"] == axes_b["methodology"] == "maximum_performance"
     if hardware and set(differ) <= {"platform", "device"}:

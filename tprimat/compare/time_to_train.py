@@ -40,6 +40,13 @@ class RunTime:
     status: Optional[str]
     last_eval: Optional[float]
     samples_to_target: Optional[float]
+    target: Optional[float] = None
+    target_source: str = "not stated"
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "minutes": self.minutes, "status": self.status, "converged": self.converged,
+                "last_eval": self.last_eval, "samples_to_target": self.samples_to_target, "target": self.target,
+                "target_source": self.target_source}
 
 
 @dataclass
@@ -82,7 +89,8 @@ class Score:
                 "devices": self.devices, "nodes": self.nodes, "gpu_hours": self.gpu_hours,
                 "samples_to_target": self.samples_to_target, **self.stated,
                 "price_per_device_hour_usd": self.price_per_device_hour_usd, "price_source": self.price_source,
-                "cost_to_train_usd": self.cost_usd, "flags": self.flags, "run_minutes": [r.minutes for r in self.runs]}
+                "cost_to_train_usd": self.cost_usd, "flags": self.flags, "run_minutes": [r.minutes for r in self.runs],
+                "run_details": [r.as_dict() for r in self.runs]}
 
 
 def number(value) -> Optional[float]:
@@ -105,12 +113,15 @@ def run_time(result: dict, path: str, benchmark: str) -> RunTime:
     evals = [(e.get("samples_count"), number(e.get("value"))) for e in source.get("eval_accuracy") or []
              if isinstance(e, dict)] if isinstance(source.get("eval_accuracy"), list) else []
     evals = [(samples, value) for samples, value in evals if value is not None]
-    target = TARGETS.get(benchmark)
+    logged = number(source.get("target_accuracy"))
+    target = logged if logged is not None else TARGETS.get(benchmark)
+    target_source = ("log: MLLOG target_accuracy" if logged is not None else
+                     "MLPerf Training rules' quality target" if target is not None else "not stated")
     reached = next((samples for samples, value in evals if target is not None and value <= target), None)
     status = source.get("status") if isinstance(source.get("status"), str) else None
     hit = target is None or not evals or any(value <= target for _, value in evals)
     return RunTime(path, minutes, status == "success" and minutes is not None and hit, status,
-                   evals[-1][1] if evals else None, number(reached))
+                   evals[-1][1] if evals else None, number(reached), target, target_source)
 
 
 def olympic(minutes: list[float], not_converged: int) -> Optional[float]:
@@ -159,25 +170,27 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
         runs.setdefault(key, {}).setdefault(once, run_time(result, path, place["benchmark"]))
         first.setdefault(key, place)
         results.setdefault(key, []).append(result)
-    scores = []
-    for key, by_log in sorted(runs.items()):
-        place = first[key]
-        factor = number(place.get("scaling_factor"))
-        s = score(*key, sorted(by_log.values(), key=lambda r: r.path), factor if factor and factor > 0 else None)
-        s.accelerator = place.get("accelerator") if isinstance(place.get("accelerator"), str) else None
-        s.devices, s.nodes = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-                              for v in (place.get("devices"), place.get("nodes")))
-        if place.get("scaling_factor") is not None and s.scaling_factor is None:
-            s.flags.append(f"scaling_factor {place.get('scaling_factor')!r} is not a positive number: not applied")
-        flags = place.get("flags")
-        s.flags += [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
-        s.stated = stated_by(results[key], place)
-        scores.append(s)
-    return scores
+    return [system_score(key, by_log, first[key], results[key]) for key, by_log in sorted(runs.items())]
+
+
+def system_score(key: tuple, by_log: dict, place: dict, results: list[dict]) -> Score:
+    """One system and benchmark's score, with what its ``source.mlperf`` place and its results state."""
+    factor = number(place.get("scaling_factor"))
+    s = score(*key, sorted(by_log.values(), key=lambda r: r.path), factor if factor and factor > 0 else None)
+    s.accelerator = place.get("accelerator") if isinstance(place.get("accelerator"), str) else None
+    s.devices, s.nodes = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+                          for v in (place.get("devices"), place.get("nodes")))
+    if place.get("scaling_factor") is not None and s.scaling_factor is None:
+        s.flags.append(f"scaling_factor {place.get('scaling_factor')!r} is not a positive number: not applied")
+    flags = place.get("flags")
+    s.flags += [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+    s.stated = stated_by(results, place)
+    return s
 
 
 # What a system's runs state beside the score: (result path, how many runs may disagree before it reads "varies")
 STATED = {"gpu": ("spec", "platform", "gpu"), "framework": None, "precision": ("spec", "training", "precision"),
+          "price_per_device_hour_usd": ("spec", "platform", "price_per_device_hour_usd"),
           "global_batch_size": ("spec", "training", "global_batch_size"),
           "tokens_per_s_per_device": ("summary", "tokens_per_s_per_device")}
 
@@ -192,16 +205,19 @@ def stated_by(results: list[dict], place: dict) -> dict:
     """Each ``STATED`` value the runs state: their one value, the median of a number that differs between runs
     (throughput), "varies" for a text that does; None where none states it. The framework is the systems JSON's."""
     out = {"framework": place.get("framework") if isinstance(place.get("framework"), str) else None}
+    said = place.get("precision") if isinstance(place.get("precision"), str) else None
     for key, path in STATED.items():
         if path is None:
             continue
         values = [v for r in results if (v := dig(r, path)) is not None and not isinstance(v, (dict, list))]
         numbers = [number(v) for v in values if number(v) is not None]
-        if key == "tokens_per_s_per_device":
+        if key in ("tokens_per_s_per_device", "price_per_device_hour_usd"):
             out[key] = statistics.median(numbers) if numbers else None
         else:
             distinct = set(map(str, values))
             out[key] = values[0] if len(distinct) == 1 else ("varies" if distinct else None)
+    if out["precision"] is None and said:
+        out["precision"] = said  # the systems JSON's words (``source.mlperf.precision``)
     return out
 
 

@@ -19,9 +19,11 @@ def priced(scores: list[Score], prices: dict[str, float]) -> None:
     """The price per device-hour of each system: ``--price GPU=USD`` at compare time, else what its results state
     (``platform.price_per_device_hour_usd`` at ingest); none is built in."""
     for s in scores:
-        gpu = s.stated.get("gpu")
+        gpu, stated = s.stated.get("gpu"), s.stated.get("price_per_device_hour_usd")
         if isinstance(gpu, str) and gpu in prices:
             s.price_per_device_hour_usd, s.price_source = prices[gpu], f"compare --price {gpu}={prices[gpu]:g}"
+        elif stated:
+            s.price_per_device_hour_usd, s.price_source = stated, "platform.price_per_device_hour_usd (the results')"
 
 
 def table_lines(scores: list[Score]) -> list[str]:
@@ -62,24 +64,31 @@ def side_by_side_lines(scores: list[Score]) -> list[str]:
     return lines
 
 
+def by_accelerator(scores: list[Score]) -> list[tuple[str, str, list[Score]]]:
+    """(accelerator, benchmark, its scored systems) for every pair that has one: the chart's series."""
+    points = [s for s in scores if s.minutes is not None and s.devices]
+    series = []
+    for accelerator in sorted({s.accelerator or NOT_STATED for s in points}):
+        for benchmark in sorted({s.benchmark for s in points}):
+            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
+            series += [(accelerator, benchmark, mine)] if mine else []
+    return series
+
+
 def chart(scores: list[Score], path: Path) -> Optional[Path]:
     """Score (minutes) against devices, log-log, one colour per accelerator, one mark per benchmark."""
-    points = [s for s in scores if s.minutes is not None and s.devices]
-    if not points:
+    series = by_accelerator(scores)
+    if not series:
         return None
     from tprimat.compare.plots import _pyplot
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(13, 6))
-    accelerators = sorted({s.accelerator or NOT_STATED for s in points})
-    colours = plt.get_cmap("tab20")
-    marks = {b: m for b, m in zip(sorted({s.benchmark for s in points}), "oDs^v")}
-    for i, accelerator in enumerate(accelerators):
-        for benchmark, mark in marks.items():
-            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
-            if mine:
-                ax.scatter([s.devices for s in mine], [s.minutes for s in mine], color=colours(i % 20), marker=mark,
-                           label=f"{accelerator}, {benchmark}", alpha=0.85)
+    colours, accelerators = plt.get_cmap("tab20"), sorted({a for a, _, _ in series})
+    marks = {b: m for b, m in zip(sorted({b for _, b, _ in series}), "oDs^v")}
+    for accelerator, benchmark, mine in series:
+        ax.scatter([s.devices for s in mine], [s.minutes for s in mine], marker=marks[benchmark], alpha=0.85,
+                   color=colours(accelerators.index(accelerator) % 20), label=f"{accelerator}, {benchmark}")
     ax.set(xscale="log", yscale="log", xlabel="devices (accelerators)", ylabel="time to train (minutes, MLPerf score)",
            title="MLPerf Training: score against devices")
     ax.grid(True, which="both", alpha=0.3)
@@ -91,10 +100,10 @@ def chart(scores: list[Score], path: Path) -> Optional[Path]:
     return path
 
 
-def printed(paths: list[str], prices: dict[str, float], by_device: bool = False) -> list[Score]:
-    """The scores of the MLPerf runs under ``paths`` (converged or not), printed as a table where there are any,
-    and the accelerators side by side under ``--by platform.gpu``."""
-    scores = from_results(read_all(paths))
+def printed(paths: list[str], prices: dict[str, float], by_device: bool = False, keep=None) -> list[Score]:
+    """The scores of the MLPerf runs under ``paths`` (converged or not) that compare's filters ``keep``, printed as a
+    table where there are any, and the accelerators side by side under ``--by platform.gpu``."""
+    scores = from_results([(path, r) for path, r in read_all(paths) if keep is None or keep(r)])
     priced(scores, prices)
     if scores:
         print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
@@ -133,15 +142,9 @@ def html_section(scores: list[Score]) -> str:
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    fig = go.Figure()
-    points = [s for s in scores if s.minutes is not None and s.devices]
-    for accelerator in sorted({s.accelerator or NOT_STATED for s in points}):
-        for benchmark in sorted({s.benchmark for s in points}):
-            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
-            if mine:
-                fig.add_trace(go.Scatter(x=[s.devices for s in mine], y=[s.minutes for s in mine], mode="markers",
-                                         name=f"{accelerator}, {benchmark}",
-                                         text=[f"{s.submitter}/{s.system}" for s in mine]))
+    fig = go.Figure([go.Scatter(x=[s.devices for s in mine], y=[s.minutes for s in mine], mode="markers",
+                                name=f"{accelerator}, {benchmark}", text=[f"{s.submitter}/{s.system}" for s in mine])
+                     for accelerator, benchmark, mine in by_accelerator(scores)])
     fig.update_layout(template="plotly_white", title="MLPerf Training: score against devices",
                       xaxis=dict(type="log", title="devices"), yaxis=dict(type="log", title="time to train (minutes)"))
     chart_div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id="chart-time-to-train")

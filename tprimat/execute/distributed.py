@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import torch
@@ -53,6 +54,33 @@ def slurm_rendezvous(environ=os.environ) -> dict[str, str]:
             "MASTER_PORT": str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)}
 
 
+def interface_to(host: str) -> Optional[str]:
+    """The network interface this machine reaches ``host`` through (the one holding the source address the kernel
+    picks for it), or None: gloo then falls back to its own choice (the address of this host's name)."""
+    import psutil
+
+    try:
+        address = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, 9))  # a UDP "connect" sends nothing: it asks the routing table
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    return next((name for name, addrs in psutil.net_if_addrs().items()
+                 if any(a.family == socket.AF_INET and a.address == local for a in addrs)), None)
+
+
+def host_name() -> str:
+    """The node a rank runs on: Slurm's name for it where Slurm started the rank, else this machine's hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def rendezvous_used() -> dict:
+    return {"init_method": os.environ.get("TPRIMAT_INIT_METHOD", "env://"),
+            "master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT"),
+            "interface": os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")}
+
+
 def exit_rank(code: int) -> None:
     """End a rank's process once its work is handed over (records written, process group destroyed): flush and
     leave without interpreter teardown. Tearing down torch.distributed's C++ state at exit can abort a finished
@@ -77,6 +105,10 @@ def init_process_group(env: RankEnv, device_type: str) -> None:
     if env.source == "slurm" and "MASTER_ADDR" not in os.environ:
         os.environ.update(slurm_rendezvous())
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if device_type == "cpu" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        found = interface_to(os.environ["MASTER_ADDR"])  # the link this node reaches the rendezvous on
+        if found:
+            os.environ["GLOO_SOCKET_IFNAME"] = found
     init_method = os.environ.get("TPRIMAT_INIT_METHOD", "env://")
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,
                             rank=env.rank, world_size=env.world_size)
@@ -88,6 +120,8 @@ class RankedRun:
     rank_step_times: list[list[float]]  # [rank][step index]
     rank_losses: list[list[float]]  # [rank][step index]: the loss each rank reported
     outcome: RunOutcome  # what the backend handed back on this rank (effective settings, audit)
+    hosts: list[str] = field(default_factory=list)  # [rank]: the node it ran on
+    rendezvous: dict = field(default_factory=dict)  # how the ranks met (rank 0's view)
 
 
 def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], env: RankEnv, device_type: str,
@@ -104,16 +138,20 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], 
     try:
         outcome = run(collect)
         gathered: list = [None] * env.world_size
-        dist.all_gather_object(gathered, [(r.step_time_s, r.loss) for r in records])
+        dist.all_gather_object(gathered, (host_name(), [(r.step_time_s, r.loss) for r in records]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    if env.rank != 0:
-        return None
-    times = [[t for t, _ in rank] for rank in gathered]
-    losses = [[loss for _, loss in rank] for rank in gathered]
+    return ranked(records, gathered, outcome) if env.rank == 0 else None
+
+
+def ranked(records: list[StepRecord], gathered: list, outcome: RunOutcome) -> RankedRun:
+    """Rank 0's records with each step's time the slowest rank's, beside every rank's times, losses and node."""
+    times = [[t for t, _ in rank] for _, rank in gathered]
+    losses = [[loss for _, loss in rank] for _, rank in gathered]
     slowest = [max(step) for step in zip(*times)]
-    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses, outcome)
+    return RankedRun([replace(r, step_time_s=t) for r, t in zip(records, slowest)], times, losses, outcome,
+                     [host for host, _ in gathered], rendezvous_used())
 
 
 def rank_summary(run: RankedRun) -> dict:
@@ -123,6 +161,12 @@ def rank_summary(run: RankedRun) -> dict:
     medians = [statistics.median(times[i] for i in measured) for times in run.rank_step_times]
     slowest = max(range(len(medians)), key=medians.__getitem__)
     loss_gap = max((max(step) - min(step) for step in zip(*run.rank_losses)), default=0.0)
+    hosts = run.hosts or [None] * len(medians)
+    per_node: dict = {}
+    for host, median in zip(hosts, medians):
+        per_node.setdefault(host or "not stated", []).append(median)
     return {"world_size": len(run.rank_step_times),
-            "per_rank": [{"rank": r, "step_time_s_median": m} for r, m in enumerate(medians)],
+            "per_rank": [{"rank": r, "host": h, "step_time_s_median": m} for r, (h, m) in enumerate(zip(hosts, medians))],
+            "per_node": {h: {"ranks": len(v), "step_time_s_median": statistics.median(v)} for h, v in per_node.items()},
+            "rendezvous": run.rendezvous or None,
             "slowest_rank": slowest, "spread": max(medians) / min(medians) - 1, "loss_max_abs_diff": loss_gap}

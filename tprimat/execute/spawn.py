@@ -139,4 +139,4 @@ def spawn_local(spec: dict, run_dir: Path, nprocs: int, timeout_s: float | None 
         ranks.stop()
     data = json.loads((work / RECORDS).read_text())
     return RankedRun([StepRecord(**s) for s in data["steps"]], data["rank_step_times"], data["rank_losses"],
-                     RunOutcome(**data["outcome"]))
+                     RunOutcome(**data["outcome"]), data.get("hosts") or [], data.get("rendezvous") or {})

@@ -43,7 +43,8 @@ def main(launch_file: str) -> int:
                               device_type(spec.platform.name), on_step=on_step)
     if ranked is not None:
         atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
-                           "rank_losses": ranked.rank_losses, "outcome": dataclasses.asdict(ranked.outcome)},
+                           "rank_losses": ranked.rank_losses, "outcome": dataclasses.asdict(ranked.outcome),
+                           "hosts": ranked.hosts, "rendezvous": ranked.rendezvous},
                           output / "records.json")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -87,6 +88,20 @@ def run(args: argparse.Namespace, compose) -> int:
     return 1 if unread else 0
 
 
+PRECISION_WORDS = re.compile(r"\b(NVFP4|MXFP4|FP4|MXFP8|FP8|BF16|FP16)\b", re.IGNORECASE)
+
+
+def precision_of(system: Optional[dict]) -> Optional[str]:
+    """The precision a systems JSON's notes name ("sw_notes": "FP8 Training" in AMD's v5.1 JSONs), as written, with
+    where it was read; None where they name none (MLPerf logs state no precision)."""
+    for key in ("sw_notes", "hw_notes"):
+        text = (system or {}).get(key)
+        found = PRECISION_WORDS.search(text) if isinstance(text, str) else None
+        if found:
+            return f"{found.group(1).lower()} (systems JSON {key}: {text[:80]!r})"
+    return None
+
+
 def unknown_accelerator(system: Optional[dict]) -> Optional[str]:
     """A flag for an accelerator the hardware table does not hold: it keeps its own name, never another GPU's."""
     name = str((system or {}).get("accelerator_model_name") or "")
@@ -112,7 +127,7 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
         mlperf = {**place.as_source(), "scaling_factor": factor,
                   "accelerator": (system or {}).get("accelerator_model_name") or None, "nodes": nodes,
                   "devices": nodes * per_node if nodes and per_node else None,
-                  "framework": (system or {}).get("framework") or None,
+                  "framework": (system or {}).get("framework") or None, "precision": precision_of(system),
                   "flags": [w for w in (why_system if not given_system else None, why_scaling,
                                         unknown_accelerator(system)) if w]}
     try:

@@ -98,8 +98,15 @@ class MlperfParser(StreamParser):
         elif key == "run_stop":
             self.extra.update(run_stop_ms=time_ms, status=meta.get("status"))
         elif key == "eval_accuracy" and finite(value):
-            self.extra["eval_accuracy"].append({"samples_count": meta.get("samples_count"), "value": value})
+            at = {k: meta[k] for k in ("samples_count", "epoch_num") if finite(meta.get(k))}  # AMD / NVIDIA keys
+            self.extra["eval_accuracy"].append({"samples_count": at.get("samples_count"), **at, "value": value})
             self.extra["final_eval_accuracy"] = value
+        elif key == "target_accuracy" and finite(value):
+            self.extra.setdefault("target_accuracy", value)  # where a log states its quality target
+        elif key == "train_samples" and finite(value):
+            # kept as logged, never read as samples trained: AMD logs the dataset's size here, NVIDIA the samples
+            self.extra.setdefault("train_samples", {"value": value, "note": "as logged: its meaning differs by "
+                                                    "submitter (dataset size or samples trained); not used"})
         elif key == "block_start":
             self.block = {"start_ms": time_ms, "intervals": []}
 

@@ -69,7 +69,7 @@ DEVICES: dict[str, DeviceSpec] = {
                    "sparsity, 13.4 TB HBM3e and 576 TB/s over 72 GPUs; the GPU at 1,200 W)"),
         DeviceSpec("gb300", "nvidia", "NVIDIA GB300 (Blackwell Ultra in a Grace superchip)", r"\bGB300\b", 2500.0,
                    5000.0, 80.0, 279, 1400, None, SPEC_SHEETS + " (NVIDIA GB300 NVL72 per GPU: 180 PFLOPS BF16 and 360 "
-                   "PFLOPS FP8 dense, 20 TB HBM3e and 576 TB/s over 72 GPUs; 1.4 kW max TDP)"),
+                   "PFLOPS FP8 dense, 279 GB HBM3e per GPU (20 TB over 72), 576 TB/s over 72 GPUs; 1.4 kW max TDP)"),
         DeviceSpec("mi250x", "amd", "AMD Instinct MI250X", r"MI250X", 383.0, None, 47.9, 128, 560, None,
                    SPEC_SHEETS + " (AMD Instinct MI250X datasheet)"),
         DeviceSpec("mi300x", "amd", "AMD Instinct MI300X", r"MI300X", 1307.4, 2614.9, 163.4, 192, 750, 1.99,

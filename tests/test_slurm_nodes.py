@@ -1,0 +1,57 @@
+"""Two nodes for real: a Slurm cluster of network namespaces (scripts/slurm_cluster.py ``NodesCluster``), each
+slurmd in its own namespace with its own address on a private bridge. A sweep over platform.nodes=1,2 through
+hydra/launcher=submitit_slurm trains over gloo across the namespaces; the 2-node run's losses match the 1-node run of
+the same global batch (as the DDP tests hold them); the result names each rank's node and the rendezvous used, and
+the interface gloo used is the one routing to the first node, derived, not loopback. Needs root (skipped without)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.slurm_cluster import NodesCluster, install, netns_reason
+from tprimat.results.result import read_result, validate_result
+
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # a cluster of namespaces, ranks on two nodes
+
+pytest.importorskip("submitit")
+RUN = ["training.max_steps=5", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
+       "logging.wandb.mode=disabled", "platform=cpu", "training.precision=fp32", "benchmark.telemetry=false",
+       "platform.devices_per_node=1"]
+SLURM = ["hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
+         "hydra.launcher.signal_delay_s=15"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = install() or netns_reason()
+    if why:
+        pytest.skip(why)
+    c = NodesCluster(tmp_path_factory.mktemp("nodes"), nodes=2).start()
+    yield c
+    c.stop()
+    assert c.left_behind == [], c.left_behind  # no process was left in any namespace
+
+
+def sweep(cluster, sweep_dir, *overrides, timeout_s=600):
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+                           "hydra/launcher=submitit_slurm", *SLURM, *overrides, f"resume_from={sweep_dir}"],
+                          cwd=sweep_dir.parent, env=cluster.env, capture_output=True, text=True, timeout=timeout_s)
+
+
+def test_two_nodes_train_across_namespaces_as_one_node_does_and_resume(cluster, tmp_path):
+    proc = sweep(cluster, tmp_path / "s", *RUN, "platform.nodes=1,2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    one, two = (read_result(tmp_path / "s" / point / "result.json") for point in ("0", "1"))
+    for result in (one, two):
+        assert validate_result(result) == [] and result["status"] == "ok"
+    assert two["plan"]["world_size"] == 2 and two["spec"]["training"]["global_batch_size"] == \
+        one["spec"]["training"]["global_batch_size"]
+    assert [s["loss"] for s in two["steps"]] == pytest.approx([s["loss"] for s in one["steps"]], rel=1e-5)
+    ranks = two["ranks"]
+    assert [r["host"] for r in ranks["per_rank"]] == ["node1", "node2"] and set(ranks["per_node"]) == {"node1", "node2"}
+    assert ranks["rendezvous"]["master_addr"] == "node1" and ranks["rendezvous"]["interface"] == "eth0", ranks
+    assert two["environment"]["env"]["SLURM_JOB_NUM_NODES"] == "2"
+    again = sweep(cluster, tmp_path / "s", *RUN, "platform.nodes=1,2")  # every point finished ok: both skipped
+    assert again.returncode == 0 and again.stdout.count("skipped") >= 2, again.stdout[-3000:]
