@@ -6,7 +6,9 @@ munge and a private MariaDB (accounting, so that dead jobs have a state), state 
 - ``NodesCluster``: N nodes (2 by default), each slurmd in its own network namespace with its own address on a
   private bridge (10.77.0.0/24 unless told otherwise), its own node name, spool and /etc/hosts (``ip netns exec``
   mounts /etc/netns/<ns>/hosts), so each node resolves this machine's hostname to its own address; slurmctld,
-  slurmdbd, munge and MariaDB stay in this namespace on the bridge or loopback. Nothing listens elsewhere.
+  slurmdbd, munge and MariaDB stay in this namespace: MariaDB on a socket, slurmctld and slurmdbd on random ports of
+  every address here (Slurm binds a controller to its host name's address or to all), the nodes on their namespaces'
+  addresses only.
   ``shape(node, rate)`` limits a node's link with ``tc tbf``; ``link(node, up)`` takes it down and up.
 
     python scripts/slurm_cluster.py start [--nodes 2] [--dir DIR]   # prints the SLURM_CONF to export; runs until ^C
@@ -67,6 +69,14 @@ class Cluster:
         return proc
 
     def start(self) -> "Cluster":
+        """Everything up, or, when any part fails, everything it started stopped and removed before the error."""
+        try:
+            return self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_all(self) -> "Cluster":
         r = self.root
         self.network()
         for d in ("state", "spool", "mysql"):
@@ -99,7 +109,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo={auth}
-CommunicationParameters={self.communication}
+{self.communication}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -130,7 +140,7 @@ MinJobAge=300
         return self
 
     # the single node on loopback; NodesCluster overrides these four
-    ctld_addr, communication, per_node = "127.0.0.1", "NoCtldInAddrAny,NoInAddrAny", ""
+    ctld_addr, communication, per_node = "127.0.0.1", "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", ""
 
     def node_lines(self, cpus: int, memory: int) -> str:
         return (f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory} State=UNKNOWN\n"
@@ -199,14 +209,16 @@ class NodesCluster(Cluster):
     """``nodes`` slurmd nodes, node1..nodeN, each in network namespace <prefix>N at <subnet>.(10+N) on a bridge
     whose own address (<subnet>.1) slurmctld listens on."""
 
-    communication = "NoCtldInAddrAny"
+    # Slurm binds a controller that NoCtldInAddrAny restricts to its host name's address (localhost here), not to the
+    # address it is configured at: slurmctld binds every address of this namespace, as slurmdbd always does
+    communication = ""
 
     def __init__(self, root: Path, nodes: int = 2, subnet: str = "10.77.0", prefix: str = "tpn"):
         super().__init__(root)
         if not 1 <= nodes <= 8:
             raise ValueError(f"nodes={nodes}: must be 1-8")
         self.nodes, self.subnet, self.prefix = nodes, subnet, prefix
-        self.bridge, self.ctld_addr, self.per_node = f"{prefix}br0", f"{subnet}.1", "/%n"
+        self.bridge, self.ctld_addr, self.per_node = f"{prefix}br0", f"{subnet}.1", "-%n"
         self.made_links: list[str] = []
         self.made_namespaces: list[str] = []
 
@@ -259,9 +271,13 @@ class NodesCluster(Cluster):
 
     def start_nodes(self) -> None:
         for i in range(1, self.nodes + 1):
-            (self.root / "spool" / self.name(i)).mkdir(parents=True, exist_ok=True)
-            self._start(["ip", "netns", "exec", self.ns(i), "slurmd", "-D", "-N", self.name(i)],
-                        f"slurmd-{self.name(i)}.out")
+            (self.root / f"spool-{self.name(i)}").mkdir(parents=True, exist_ok=True)
+            # the node's network, and its own /etc/hosts in a private mount namespace; not ``ip netns exec``, which
+            # remounts /sys without the cgroup hierarchy slurmd reads
+            hosts = Path("/etc/netns") / self.ns(i) / "hosts"
+            self._start(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                         f"mount --bind {hosts} /etc/hosts && exec nsenter --net=/run/netns/{self.ns(i)} "
+                         f"slurmd -D -N {self.name(i)}"], f"slurmd-{self.name(i)}.out")
         wait_for(lambda: self.run("sinfo", "-h", "-o", "%t").stdout.split().count("idle") == self.nodes
                  or self.run("sinfo", "-h", "-o", "%D %t").stdout.strip() == f"{self.nodes} idle",
                  f"{self.nodes} slurmd nodes (idle)")
@@ -299,6 +315,8 @@ class NodesCluster(Cluster):
 
 def main() -> None:
     import argparse
+    import signal
+    import sys
     import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -310,6 +328,7 @@ def main() -> None:
     if reason:
         raise SystemExit(f"cannot start the cluster: {reason}")
     root = Path(args.dir or tempfile.mkdtemp(prefix="tprimat-slurm-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a kill by PID stops the cluster as ^C does
     cluster = NodesCluster(root, args.nodes).start()
     print(f"export SLURM_CONF={root / 'slurm.conf'}   # {args.nodes} nodes up; ^C stops them", flush=True)
     try:
@@ -321,10 +340,11 @@ def main() -> None:
         cluster.stop()
 
 
-if __name__ == "__main__":
-    main()
-
 
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+if __name__ == "__main__":
+    main()

@@ -137,16 +137,33 @@ class TprimatSubmititLauncher(TprimatSweepMixin):
 
         points = self.prepare(job_overrides, initial_job_idx)
         todo = [p for p in points if p.status == "pending"]
-        returns: List[JobReturn] = []
-        if todo:
-            executor = make_executor(self.executor_kind, self.params)
+        submitted = []
+        for shape, group in shapes(todo, self.params, self.executor_kind).items():  # one array per job shape
+            executor = make_executor(self.executor_kind, {**self.params, **dict(shape)})
             state = Singleton.get_state()
-            jobs = executor.map_array(self, [p.overrides for p in todo], [p.idx for p in todo], [state] * len(todo))
-            for point, job in zip(todo, jobs):
+            jobs = executor.map_array(self, [p.overrides for p in group], [p.idx for p in group], [state] * len(group))
+            for point, job in zip(group, jobs):
                 point.status = "launched"
                 log.info("#%d submitted as job %s: %s", point.idx, job.job_id, " ".join(filter_overrides(point.overrides)))
-            returns = [collect(point, job) for point, job in zip(todo, jobs)]
+            submitted += zip(group, jobs)
+        returns = [collect(point, job) for point, job in sorted(submitted, key=lambda pj: pj[0].idx)]
         return self.finish(points, returns)
+
+
+def shapes(points: List["PointState"], params: dict, kind: str) -> dict:
+    """Points grouped by the job each needs: one task per rank, so ``nodes`` (on Slurm; a local executor has one)
+    and ``tasks_per_node`` (and ``gpus_per_node`` where GPUs are asked for) are each point's own
+    ``platform.nodes`` and ``platform.devices_per_node``: the launcher's keys interpolate them once, from the
+    sweep's base config."""
+    groups: dict = {}
+    for point in points:
+        platform = (point.config or {}).get("platform") or {}
+        shape = {"nodes": platform.get("nodes", params.get("nodes")) if kind == "slurm" else params.get("nodes"),
+                 "tasks_per_node": platform.get("devices_per_node", params.get("tasks_per_node"))}
+        if params.get("gpus_per_node") is not None:
+            shape["gpus_per_node"] = shape["tasks_per_node"]
+        groups.setdefault(tuple(sorted(shape.items())), []).append(point)
+    return groups
 
 
 def collect(point: PointState, job) -> JobReturn:
