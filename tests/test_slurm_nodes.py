@@ -56,3 +56,47 @@ def test_two_nodes_train_across_namespaces_as_one_node_does_and_resume(cluster, 
     again = sweep(cluster, tmp_path / "s2", *RUN, "platform.nodes=1,2", resume_from=tmp_path / "s")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]  # both finished ok: both skipped
     assert "2 skipped" in again.stdout + again.stderr or (again.stdout + again.stderr).count("skipped") >= 2
+
+
+SHAPED_MBIT = 400  # node links shaped with tc tbf: 400 Mbit/s = 0.05 GB/s each way
+
+
+def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_nodes_slice(cluster, tmp_path):
+    """With both nodes' links shaped to 400 Mbit/s, `tprimat preflight` run as two ranks across the nodes measures
+    the all-reduce bus bandwidth within 20% of the shaped rate (a 2-rank ring moves the buffer once each way:
+    bus bandwidth = the link's rate), and `tprimat project --measure --preflight` projects the 2-node step from a
+    slice measured on one process here plus that bandwidth; its error against the real 2-node run, each rank on one
+    thread (the namespaces share this machine's cores), is stated in docs/benchmarks.md and bounded here."""
+    import json
+
+    for node in (1, 2):
+        cluster.shape(node, SHAPED_MBIT)
+    env = {**cluster.env, "OMP_NUM_THREADS": "1"}
+    try:
+        pf = tmp_path / "preflight.json"
+        done = subprocess.run(["srun", "-N2", "-n2", f"--chdir={ROOT}", sys.executable, "-m", "tprimat", "preflight",
+                               "--sizes", "256", "--dtypes", "fp32", "--iters", "3", "--attention", "1,2,64,32",
+                               "--allreduce-mib", "8,16", "--out", str(pf)], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        allreduce = json.loads(pf.read_text())["allreduce"]
+        assert allreduce["ranks"] == 2 and allreduce["rendezvous"]["interface"] == "eth0"
+        assert allreduce["max_busbw_gbps"] == pytest.approx(SHAPED_MBIT / 8 / 1000, rel=0.2)
+        run = [*RUN, "training.max_steps=8", "benchmark.warmup_steps=2", "platform.nodes=2"]
+        real = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={tmp_path / 's'}",
+                               "hydra/launcher=submitit_slurm", *SLURM, *run, f"resume_from={tmp_path / 's'}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert real.returncode == 0, real.stdout[-3000:] + real.stderr[-3000:]
+        measured = read_result(tmp_path / "s" / "0" / "result.json")["summary"]["tokens_per_s_per_device"]
+        proj = subprocess.run([sys.executable, "-m", "tprimat", "project", "--measure", "--preflight", str(pf),
+                               *[o for o in run if not o.startswith("benchmark.telemetry")], "--json",
+                               str(tmp_path / "projection.json")], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proj.returncode == 0, proj.stdout[-3000:] + proj.stderr[-3000:]
+        (point,) = json.loads((tmp_path / "projection.json").read_text())
+        error = point["projection"]["tokens_per_s_per_device"] / measured - 1
+        print(f"2-node projection from one node's slice + preflight: error {error:+.1%} against the real run")
+        assert -0.25 < error < 0.75, error  # stated in docs/benchmarks.md: the all-reduce is not hidden here
+    finally:
+        for node in (1, 2):
+            cluster.shape(node, None)

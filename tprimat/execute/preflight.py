@@ -6,7 +6,9 @@
   overhead (``op_overhead_us``): tiny elementwise ops issued back to back; fused causal attention forward +
   backward (``attention_tflops`` at ``attention_shape``).
 - With ``--ranks N`` (N > 1): all-reduce bus bandwidth over N local processes (gloo on CPU, NCCL/RCCL on
-  GPUs), bus bandwidth = bytes * 2 (N - 1) / N / time, as nccl-tests reports it.
+  GPUs), bus bandwidth = bytes * 2 (N - 1) / N / time, as nccl-tests reports it. Started as several ranks already
+  (``srun -N2 -n2 tprimat preflight``, torchrun), it measures the all-reduce across those ranks instead: the links
+  between nodes, with the rendezvous it used; rank 0 writes the file.
 The result is a JSON file (``kind: tprimat_preflight``) that ``tprimat compare`` reads.
 """
 
@@ -22,9 +24,11 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 import torch
 
+from tprimat.execute.distributed import rank_env
 from tprimat.measure.devices import detect
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -124,6 +128,13 @@ def _allreduce_worker(rank: int, world: int, init_file: str, sizes_mib: list[int
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    _timed_allreduce(rank, world, device, sizes_mib, iters, out)
+
+
+def _timed_allreduce(rank: int, world: int, device: torch.device, sizes_mib: list[int], iters: int, out: str) -> None:
+    """Each size's all-reduce bus bandwidth over the process group already formed; rank 0 writes them to ``out``."""
+    import torch.distributed as dist
+
     results = {}
     for mib in sizes_mib:
         x = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
@@ -139,6 +150,24 @@ def _allreduce_worker(rank: int, world: int, init_file: str, sizes_mib: list[int
     if rank == 0:
         Path(out).write_text(json.dumps(results))
     dist.destroy_process_group()
+
+
+def measure_allreduce_across(env, sizes_mib: list[int], iters: int) -> Optional[dict]:
+    """The all-reduce over the ranks something else started (srun across nodes, torchrun): the links between
+    them, as a training run's gradients cross them; rank 0's figures, None on the other ranks."""
+    from tprimat.execute.distributed import device_type, init_process_group, rendezvous_used
+
+    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    init_process_group(env, device_type("nvidia" if kind == "cuda" else "cpu"))
+    device = torch.device("cuda", env.local_rank) if kind == "cuda" else torch.device("cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "busbw.json")
+        _timed_allreduce(env.rank, env.world_size, device, sizes_mib, iters, out)
+        busbw = json.loads(Path(out).read_text()) if env.rank == 0 else None  # the group is destroyed by then
+    if busbw is None:
+        return None
+    return {"ranks": env.world_size, "backend": "nccl" if kind == "cuda" else "gloo", "launched_by": env.source,
+            "rendezvous": rendezvous_used(), "busbw_gbps_by_mib": busbw, "max_busbw_gbps": max(busbw.values())}
 
 
 def measure_allreduce(ranks: int, sizes_mib: list[int], iters: int) -> dict:
@@ -181,9 +210,14 @@ def run(args: argparse.Namespace) -> int:
               "memory_gb_s": memory_gb_s(device, 256 if device.type == "cpu" else 2048, max(args.iters, 5)),
               "op_overhead_us": op_overhead_us(device), "attention_shape": shape,
               "attention_tflops": attention_tflops(device, tuple(shape), max(args.iters, 3)), "allreduce": None}
-    if args.ranks > 1:
-        record["allreduce"] = measure_allreduce(args.ranks, [int(s) for s in args.allreduce_mib.split(",")],
-                                                args.iters)
+    sizes_mib = [int(s) for s in args.allreduce_mib.split(",")]
+    env = rank_env()
+    if env is not None and env.world_size > 1:  # ranks started across nodes (srun) or by torchrun: their links
+        record["allreduce"] = measure_allreduce_across(env, sizes_mib, args.iters)
+        if env.rank != 0:
+            return 0
+    elif args.ranks > 1:
+        record["allreduce"] = measure_allreduce(args.ranks, sizes_mib, args.iters)
     out = Path(args.out) if args.out else Path("outputs") / "preflight" / f"{slug(hw.device_name)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n")
@@ -192,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"memory copy: {record['memory_gb_s']:.1f} GB/s; per-operation overhead {record['op_overhead_us']:.1f} us; "
           f"attention {record['attention_tflops']:.4f} TFLOP/s at {shape}")
     if record["allreduce"]:
-        print(f"all-reduce ({args.ranks} ranks, {record['allreduce']['backend']}): "
+        print(f"all-reduce ({record['allreduce']['ranks']} ranks, {record['allreduce']['backend']}): "
               f"{record['allreduce']['max_busbw_gbps']:.2f} GB/s bus bandwidth")
     print(f"wrote {out}")
     return 0
