@@ -27,6 +27,7 @@ PACKAGES = ["slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb
             "iproute2"]  # ip and tc: NodesCluster's namespaces, links and shaping
 MYSQL_SOCKET = Path("/run/mysqld/mysqld.sock")  # where the MySQL client library looks for "localhost"
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")  # where every Slurm client (srun in jobs, sacct) looks
+LOCK = Path("/tmp/tprimat-slurm-cluster.lock")  # held while a cluster runs: one at a time on a machine
 
 
 def install() -> str | None:
@@ -69,7 +70,13 @@ class Cluster:
         return proc
 
     def start(self) -> "Cluster":
-        """Everything up, or, when any part fails, everything it started stopped and removed before the error."""
+        """Everything up, or, when any part fails, everything it started stopped and removed before the error. One
+        cluster at a time on a machine (munge's and MariaDB's sockets are the system's paths, where every Slurm
+        client looks): a second start waits for the first to stop (``LOCK``)."""
+        import fcntl
+
+        self.lock = open(LOCK, "w")
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
         try:
             return self._start_all()
         except BaseException:
@@ -190,7 +197,14 @@ MinJobAge=300
         self.teardown()
 
     def teardown(self) -> None:
-        """Loopback only: nothing to take down."""
+        """Loopback only: nothing to take down but the lock."""
+        self.release()
+
+    def release(self) -> None:
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.close()  # closing the file releases the flock
+            self.lock = None
 
 
 def netns_reason() -> str | None:
@@ -248,7 +262,12 @@ class NodesCluster(Cluster):
             raise RuntimeError(f"ip {' '.join(argv)}: {done.stderr.strip()}")
 
     def network(self) -> None:
-        """The bridge, one namespace per node with its veth, address, route and hosts file."""
+        """The bridge, one namespace per node with its veth, address, route and hosts file (a previous cluster of
+        this prefix that was killed before it could stop is removed first: its namespaces hold no process then)."""
+        for i in range(1, 9):
+            if not subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True).stdout.strip():
+                subprocess.run(["ip", "netns", "del", self.ns(i)], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         self.ip("link", "add", self.bridge, "type", "bridge")
         self.made_links.append(self.bridge)
         self.ip("addr", "add", f"{self.ctld_addr}/24", "dev", self.bridge)
@@ -311,6 +330,7 @@ class NodesCluster(Cluster):
         for link in self.made_links:
             subprocess.run(["ip", "link", "del", link], capture_output=True)
         self.made_namespaces, self.made_links = [], []
+        self.release()
 
 
 def main() -> None:

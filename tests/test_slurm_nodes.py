@@ -6,6 +6,7 @@ the interface gloo used is the one routing to the first node, derived, not loopb
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.conftest import ROOT
 from tests.slurm_cluster import NodesCluster, install, netns_reason
 from tprimat.results.result import read_result, validate_result
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # a cluster of namespaces, ranks on two nodes
+pytestmark = pytest.mark.slow  # a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds)
 
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=5", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
@@ -61,6 +62,7 @@ def test_two_nodes_train_across_namespaces_as_one_node_does_and_resume(cluster, 
 SHAPED_MBIT = 400  # node links shaped with tc tbf: 400 Mbit/s = 0.05 GB/s each way
 
 
+@pytest.mark.exclusive  # the projection's slice and the real run, measured apart: nothing else on the cores
 def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_nodes_slice(cluster, tmp_path):
     """With both nodes' links shaped to 400 Mbit/s, `tprimat preflight` run as two ranks across the nodes measures
     the all-reduce bus bandwidth within 20% of the shaped rate (a 2-rank ring moves the buffer once each way:
@@ -100,3 +102,44 @@ def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_node
     finally:
         for node in (1, 2):
             cluster.shape(node, None)
+
+
+def test_a_node_lost_mid_run_ends_the_job_bounded_named_with_its_steps_and_the_sweep_resumes_it(cluster, tmp_path):
+    """node2's rank killed mid-run (as a node that dies takes its processes): the job ends within 120 s with a
+    failed result naming node2 (srun's own line for the task), every step rank 0 recorded before the fault kept,
+    nothing of the job left in either namespace; a sweep resuming from it runs the point again, to ok."""
+    import time
+
+    from tests.slurm_cluster import wait_for
+    from tprimat.results.steplog import read_steps
+
+    run = [*RUN, "training.max_steps=30", "platform.nodes=2"]
+    env = {**cluster.env, "OMP_NUM_THREADS": "1"}
+    def command(sweep_dir, resume_from):
+        return [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+                "hydra/launcher=submitit_slurm", *SLURM, *run, f"resume_from={resume_from}"]
+
+    proc = subprocess.Popen(command(tmp_path / "s", tmp_path / "none"), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: len(read_steps(tmp_path / "s" / "0")[1]) >= 4, "four measured steps", 240)
+    rank1 = [pid for pid in subprocess.run(["ip", "netns", "pids", cluster.ns(2)], capture_output=True,
+                                           text=True).stdout.split()
+             if "submitit" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+    assert rank1, "no rank on node2"
+    before, killed_at = len(read_steps(tmp_path / "s" / "0")[1]), time.monotonic()
+    subprocess.run(["kill", "-9", *rank1])
+    output, _ = proc.communicate(timeout=300)
+    ended_s = time.monotonic() - killed_at
+    assert proc.returncode == 1 and ended_s < 120, (ended_s, output[-3000:])
+    assert "sweep: 1 points, 0 ok, 1 not ok" in output, output[-3000:]  # the launcher summed up, never crashed
+    result = read_result(tmp_path / "s" / "0" / "result.json")
+    assert result["status"] == "failed" and "lost node2 (task 1: Killed)" in result["error"], result["error"][:500]
+    assert len(result["steps"]) >= before
+    leftover = [pid for i in (1, 2) for pid in subprocess.run(["ip", "netns", "pids", cluster.ns(i)],
+                                                              capture_output=True, text=True).stdout.split()
+                if "slurmd" not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+    assert leftover == [], leftover
+    again = subprocess.run(command(tmp_path / "s2", tmp_path / "s"), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert read_result(tmp_path / "s2" / "0" / "result.json")["status"] == "ok"  # the failed point ran again

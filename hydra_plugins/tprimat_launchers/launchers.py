@@ -167,7 +167,10 @@ def shapes(points: List["PointState"], params: dict, kind: str) -> dict:
 
 
 def collect(point: PointState, job) -> JobReturn:
-    """The job's outcome; a job that was cancelled, timed out or died becomes a failed result."""
+    """The job's outcome; a job that was cancelled, timed out or died becomes a failed result, and its return the
+    failed run's exit code: the sweep sums it up and exits 1 (``tprimat.launch.exit_after_sweep``) rather than Hydra
+    re-raising the scheduler's exception as a traceback."""
+    from tprimat.execute.run import EXIT_FAILED
     from tprimat.sweep.launch import record_job_failure, record_scheduler_end
 
     try:
@@ -177,7 +180,7 @@ def collect(point: PointState, job) -> JobReturn:
     except Exception as exc:  # noqa: BLE001 - UncompletedJobError, FailedJobError, ...
         record_job_failure(point, job, exc)
         ret = JobReturn()
-        ret.status, ret._return_value, ret.overrides = JobStatus.FAILED, exc, point.overrides
+        ret.status, ret._return_value, ret.overrides = JobStatus.COMPLETED, EXIT_FAILED, point.overrides
         return ret
 
 

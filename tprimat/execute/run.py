@@ -226,8 +226,8 @@ def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer
     except Exception as exc:  # noqa: BLE001 - a run that breaks after validation is a result too
         measured.error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc().splitlines(True)[-12:])
         log.error("run failed: %s: %s", type(exc).__name__, exc)
-    if measured.error and not measured.records and env is None and plan.world_size > 1:
-        measured.records = records_of(read_steps(run_dir)[1])  # local ranks: rank 0 wrote them as it went
+    if measured.error and not measured.records and plan.world_size > 1 and (env is None or env.rank == 0):
+        measured.records = records_of(read_steps(run_dir)[1])  # rank 0 wrote them as it went (here, or a child)
     return measured
 
 

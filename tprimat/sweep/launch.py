@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Optional
@@ -101,9 +102,32 @@ def make_executor(kind: str, params: dict):
     return executor
 
 
+LOST = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")  # srun's line for a task that ended badly
+
+
+def lost_tasks(job) -> list[str]:
+    """Where srun said a task ended badly ("srun: error: node2: task 1: Killed"), from the job's own logs: the
+    node lost, named as Slurm names it."""
+    try:
+        folder = Path(str(job.paths.folder))
+    except Exception:  # noqa: BLE001 - a job without submitit's paths
+        return []
+    found = []
+    for log_file in sorted(folder.glob(f"{job.job_id}_*_log.*")) if folder.is_dir() else []:
+        try:
+            text = log_file.read_text(errors="replace")
+        except OSError:
+            continue
+        found += [f"{m.group(1)} (task {m.group(2)}: {m.group(3).strip()[:80]})" for m in LOST.finditer(text)]
+    return list(dict.fromkeys(found))
+
+
 def record_job_failure(point, job, exc: Exception) -> str:
-    """A job that was cancelled, timed out or died: a ``failed`` result (unless it finished ok), the reason."""
-    reason = f"job {job.job_id} ended {_state(job)}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+    """A job that was cancelled, timed out or died: a ``failed`` result (unless it finished ok), the reason, led by
+    the node(s) whose task ended badly where srun said so."""
+    lost = lost_tasks(job)
+    reason = (f"job {job.job_id} ended {_state(job)}" + (f", lost {', '.join(lost)}" if lost else "")
+              + f": {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
     existing = point.run_dir / RESULT_FILE
     try:
         own = read_result(existing) if existing.exists() else rebuild(point.run_dir)
@@ -177,6 +201,7 @@ def summary_rows(points) -> list[dict]:
 
 def write_summary(points, sweep_dir: Path) -> list[dict]:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     rows = summary_rows(points)
@@ -194,7 +219,7 @@ def write_summary(points, sweep_dir: Path) -> list[dict]:
     for r in rows:
         cells = [str(r["point"]), r["overrides"] or "(defaults)", r["status"], fmt(r["tokens_per_s_per_device"], ",.0f"),
                  fmt(r["step_time_s_median"], ".3f"), fmt(r["mfu"], ".1%"), fmt(r["peak_memory_gib"], ".2f"), r["reason"]]
-        table.add_row(*cells)
+        table.add_row(*map(escape, cells))  # a reason may hold "[...]" (gloo's source lines): text, not markup
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     (sweep_dir / "sweep_summary.md").write_text("\n".join(lines) + "\n")
     Console(width=200).print(table)
