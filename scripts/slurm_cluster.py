@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ PACKAGES = ["slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb
             "iproute2"]  # ip and tc: NodesCluster's namespaces, links and shaping
 MYSQL_SOCKET = Path("/run/mysqld/mysqld.sock")  # where the MySQL client library looks for "localhost"
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")  # where every Slurm client (srun in jobs, sacct) looks
-LOCK = Path("/tmp/tprimat-slurm-cluster.lock")  # held while a cluster runs: one at a time on a machine
+LOCK = Path(tempfile.gettempdir()) / "tprimat-slurm-cluster.lock"  # held while a cluster runs: one at a time
 
 
 def install() -> str | None:
@@ -337,7 +338,6 @@ def main() -> None:
     import argparse
     import signal
     import sys
-    import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["start"])
