@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -17,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from tprimat.compose import (
     CONFIG_DIR,
+    REFERENCE,
     OverrideError,
     check_overrides,
     compose,
@@ -114,9 +114,11 @@ def refuse_bad_overrides(argv: list[str]) -> None:
     overrides = [arg for arg in argv if not arg.startswith("-")]
     try:
         check_overrides(overrides, presets_too=False)
-        if any("${" in value and key.lstrip("+~") in run_dir_keys() for key, _, value in map(split_override, overrides)) \
-                and not {"-m", "--multirun"} & set(argv):
-            compose(overrides)
+        typed = [o.partition("=") for o in overrides]
+        if not {"-m", "--multirun"} & set(argv) and any("${" in value for _, _, value in typed):
+            keys = run_dir_keys()
+            if any("${" in value and key.lstrip("+~") in keys for key, _, value in typed):
+                compose(overrides)
     except OverrideError as exc:
         print(f"invalid: {redact(str(exc))}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
@@ -124,16 +126,12 @@ def refuse_bad_overrides(argv: list[str]) -> None:
         pass
 
 
-def split_override(text: str) -> tuple[str, str, str]:
-    return text.partition("=")
-
-
 def run_dir_keys() -> set[str]:
     """The keys ``hydra.run.dir`` interpolates in conf/config.yaml (and itself): an interpolation typed for one of
     them that cannot resolve fails inside Hydra, before ``task`` could write a result naming it."""
     text = (Path(CONFIG_DIR) / "config.yaml").read_text()
     line = next((ln for ln in text.splitlines() if ln.strip().startswith("dir:") and "${" in ln), "")
-    return {"hydra.run.dir", *re.findall(r"\$\{([A-Za-z_][\w.]*)\}", line)}
+    return {"hydra.run.dir", *REFERENCE.findall(line)}
 
 
 def sweep_group(sweep_dir: Path) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from tprimat.compare.report import NOT_STATED
 from tprimat.compare.time_to_train import RULE, Score, from_results, read_all
-
-NOT_STATED = "not stated"
 
 
 def cell(value, spec: str = "") -> str:
