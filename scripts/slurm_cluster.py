@@ -137,6 +137,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 InactiveLimit=0
 KillWait=5
+SlurmdTimeout={self.slurmd_timeout_s}
 MinJobAge=300
 {self.node_lines(cpus, memory)}
 """)
@@ -147,6 +148,9 @@ MinJobAge=300
         self.start_nodes()
         return self
 
+    # a node that has not answered slurmctld's pings this long is DOWN and its jobs end (NODE_FAIL); Slurm's default
+    # is 300 s, a test cluster's faults end sooner
+    slurmd_timeout_s = 30
     # the single node on loopback; NodesCluster overrides these four
     ctld_addr, communication, per_node = "127.0.0.1", "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny", ""
 
@@ -284,23 +288,45 @@ class NodesCluster(Cluster):
             self.ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
             self.ip("-n", ns, "link", "set", "eth0", "up")
             self.ip("-n", ns, "link", "set", "lo", "up")
-            hosts = Path("/etc/netns") / ns / "hosts"
+            hosts = self.hosts_file(i)
             hosts.parent.mkdir(parents=True, exist_ok=True)
             hosts.write_text("127.0.0.1 localhost\n" + f"{self.addr(i)} {me}\n" + f"{self.ctld_addr} ctld\n"
                              + "".join(f"{self.addr(j)} {self.name(j)}\n" for j in range(1, self.nodes + 1)))
 
     def start_nodes(self) -> None:
-        for i in range(1, self.nodes + 1):
-            (self.root / f"spool-{self.name(i)}").mkdir(parents=True, exist_ok=True)
-            # the node's network, and its own /etc/hosts in a private mount namespace; not ``ip netns exec``, which
-            # remounts /sys without the cgroup hierarchy slurmd reads
-            hosts = Path("/etc/netns") / self.ns(i) / "hosts"
-            self._start(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                         f"mount --bind {hosts} /etc/hosts && exec nsenter --net=/run/netns/{self.ns(i)} "
-                         f"slurmd -D -N {self.name(i)}"], f"slurmd-{self.name(i)}.out")
+        self.slurmd = {i: self.start_slurmd(i) for i in range(1, self.nodes + 1)}
+        self.wait_idle()
+
+    def start_slurmd(self, i: int) -> subprocess.Popen:
+        """Node i's slurmd in the node's network, with its own /etc/hosts in a private mount namespace (not ``ip netns
+        exec``, which remounts /sys without the cgroup hierarchy slurmd reads); each exec keeps the PID: slurmd's."""
+        (self.root / f"spool-{self.name(i)}").mkdir(parents=True, exist_ok=True)
+        return self._start(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            f"mount --bind {self.hosts_file(i)} /etc/hosts && exec nsenter "
+                            f"--net=/run/netns/{self.ns(i)} slurmd -D -N {self.name(i)}"], f"slurmd-{self.name(i)}.out")
+
+    def stop_slurmd(self, i: int) -> None:
+        """Stop node i's slurmd as an administrator or a crash does (SIGTERM): the job steps it started run on."""
+        self.slurmd[i].terminate()
+        self.slurmd[i].wait(timeout=30)
+
+    def hosts_file(self, i: int) -> Path:
+        return Path("/etc/netns") / self.ns(i) / "hosts"
+
+    def wait_idle(self, timeout_s: float = 180) -> None:
         wait_for(lambda: self.run("sinfo", "-h", "-o", "%t").stdout.split().count("idle") == self.nodes
                  or self.run("sinfo", "-h", "-o", "%D %t").stdout.strip() == f"{self.nodes} idle",
-                 f"{self.nodes} slurmd nodes (idle)")
+                 f"{self.nodes} slurmd nodes (idle)", timeout_s)
+
+    def recover(self, i: int) -> None:
+        """Node i back after a fault: its link up, its slurmd running, returned to service, every node idle."""
+        self.link(i, True)
+        if self.slurmd[i].poll() is not None:
+            self.slurmd[i] = self.start_slurmd(i)
+        wait_for(lambda: "*" not in self.run("sinfo", "-h", "-N", "-n", self.name(i), "-o", "%t").stdout,
+                 f"{self.name(i)} responding", 120)
+        self.run("scontrol", "update", f"nodename={self.name(i)}", "state=resume")
+        self.wait_idle()
 
     def shape(self, i: int, rate_mbit: float | None) -> None:
         """Limit node i's link to ``rate_mbit`` Mbit/s each way (tc tbf on both ends of its veth); None lifts it."""

@@ -164,8 +164,11 @@ def test_slurm_keys_reach_the_sbatch_script(tmp_path):
                                        "exclude": "node3", "mem_per_cpu": "4G", "account": "research"})
     sbatch = executor._executor._make_submission_file_text("python -m x", "uid")  # the script submitit submits
     for line in ("--partition=gpu", "--gres=gpu:8", "--exclude=node3", "--mem-per-cpu=4G", "--account=research",
-                 "--ntasks-per-node=8", "--nodes=2", "--time=5"):
+                 "--ntasks-per-node=8", "--nodes=2", "--time=5", "--no-requeue"):
         assert f"#SBATCH {line}" in sbatch, line
+    asked = make_executor("slurm", {"submitit_folder": str(tmp_path / "%j"), "additional_parameters": {"requeue": True}})
+    sbatch = asked._executor._make_submission_file_text("python -m x", "uid")
+    assert "#SBATCH --requeue" in sbatch and "--no-requeue" not in sbatch  # the sweep's own choice stands
 
 
 @pytest.mark.slow

@@ -171,7 +171,7 @@ def collect(point: PointState, job) -> JobReturn:
     failed run's exit code: the sweep sums it up and exits 1 (``tprimat.launch.exit_after_sweep``) rather than Hydra
     re-raising the scheduler's exception as a traceback."""
     from tprimat.execute.run import EXIT_FAILED
-    from tprimat.sweep.launch import record_job_failure, record_scheduler_end
+    from tprimat.sweep.jobs import record_job_failure, record_scheduler_end
 
     try:
         ret = job.results()[0]

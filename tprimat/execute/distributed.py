@@ -16,7 +16,10 @@ import torch
 import torch.distributed as dist
 
 from tprimat.backends.base import RunOutcome
+from tprimat.execute.watch import RankWatch, meet, on_failure, tighten
 from tprimat.results.records import StepRecord
+
+INIT_TIMEOUT_S, COLLECTIVE_TIMEOUT_S = 300.0, 100.0  # benchmark.init_timeout_s, benchmark.collective_timeout_s
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def device_type(platform_name: str) -> str:
     return "cpu" if platform_name == "cpu" else "cuda"
 
 
-def init_process_group(env: RankEnv, device_type: str) -> None:
+def init_process_group(env: RankEnv, device_type: str, init_timeout_s: float = INIT_TIMEOUT_S) -> RankWatch:
+    """Form the default group (bounded by ``init_timeout_s``) over the right link; the watch that goes with it."""
     if device_type == "cuda":
         torch.cuda.set_device(env.local_rank)
     elif env.source == "tprimat":  # local ranks: keep gloo on loopback
@@ -109,9 +113,7 @@ def init_process_group(env: RankEnv, device_type: str) -> None:
         found = interface_to(os.environ["MASTER_ADDR"])  # the link this node reaches the rendezvous on
         if found:
             os.environ["GLOO_SOCKET_IFNAME"] = found
-    init_method = os.environ.get("TPRIMAT_INIT_METHOD", "env://")
-    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,
-                            rank=env.rank, world_size=env.world_size)
+    return meet(env, "nccl" if device_type == "cuda" else "gloo", host_name(), init_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,17 @@ class RankedRun:
 
 
 def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], env: RankEnv, device_type: str,
-                     on_step: Optional[Callable[[StepRecord], None]] = None) -> Optional[RankedRun]:
-    """Train on this rank through ``run(on_step)``; rank 0 returns every rank's timings, others None."""
-    init_process_group(env, device_type)
+                     on_step: Optional[Callable[[StepRecord], None]] = None, init_timeout_s: float = INIT_TIMEOUT_S,
+                     collective_timeout_s: float = COLLECTIVE_TIMEOUT_S) -> Optional[RankedRun]:
+    """Train on this rank through ``run(on_step)``; rank 0 returns every rank's timings, others None. Every wait
+    is bounded (tprimat.execute.watch): a collective that fails raises, on rank 0 naming the ranks lost."""
+    watch = init_process_group(env, device_type, init_timeout_s)
     records: list[StepRecord] = []
 
     def collect(record: StepRecord) -> None:
         records.append(record)
+        if len(records) == 1:
+            tighten(collective_timeout_s)
         if on_step and env.rank == 0:
             on_step(record)
 
@@ -140,7 +146,13 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], 
         gathered: list = [None] * env.world_size
         dist.all_gather_object(gathered, (host_name(), [(r.step_time_s, r.loss) for r in records]))
         dist.barrier()
+    except Exception as exc:
+        failure = on_failure(watch, exc, collective_timeout_s)
+        if failure is exc:
+            raise
+        raise failure from exc
     finally:
+        watch.stop()
         dist.destroy_process_group()
     return ranked(records, gathered, outcome) if env.rank == 0 else None
 

@@ -158,12 +158,13 @@ def measure_allreduce_across(env, sizes_mib: list[int], iters: int) -> Optional[
     from tprimat.execute.distributed import device_type, init_process_group, rendezvous_used
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
-    init_process_group(env, device_type("nvidia" if kind == "cuda" else "cpu"))
+    watch = init_process_group(env, device_type("nvidia" if kind == "cuda" else "cpu"))
     device = torch.device("cuda", env.local_rank) if kind == "cuda" else torch.device("cpu")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "busbw.json")
         _timed_allreduce(env.rank, env.world_size, device, sizes_mib, iters, out)
         busbw = json.loads(Path(out).read_text()) if env.rank == 0 else None  # the group is destroyed by then
+    watch.stop()
     if busbw is None:
         return None
     return {"ranks": env.world_size, "backend": "nccl" if kind == "cuda" else "gloo", "launched_by": env.source,

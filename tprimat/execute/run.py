@@ -196,8 +196,9 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
                             sink if spawned else None, header)
     if step_log:
         step_log.close()
-    if measured is None:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result
-        return Outcome("ok", EXIT_OK, None, {})
+    if not is_writer:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result (its error is logged)
+        failed = measured is not None and measured.error
+        return Outcome("failed" if failed else "ok", EXIT_FAILED if failed else EXIT_OK, None, {})
     if sampler:
         sampler.stop()
         telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup), plan.world_size)
@@ -236,7 +237,7 @@ def _run_ranks(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observ
     spec, plan, backend = prepared.spec, prepared.plan, prepared.backend
     if env is not None:
         return run_on_this_rank(lambda cb: backend.run(spec, plan, cb, run_dir), env, device_type(spec.platform.name),
-                                on_step=observer)
+                                observer, spec.benchmark.init_timeout_s, spec.benchmark.collective_timeout_s)
     log.info("launching %d local ranks", plan.world_size)
     return spawn_local(spec_to_dict(spec), run_dir, plan.world_size, header=header)
 

@@ -40,7 +40,8 @@ def main(launch_file: str) -> int:
         show(record, spec.training.max_steps)
 
     ranked = run_on_this_rank(lambda on_step: backend.run(spec, plan, on_step, output.parent), env,
-                              device_type(spec.platform.name), on_step=on_step)
+                              device_type(spec.platform.name), on_step, spec.benchmark.init_timeout_s,
+                              spec.benchmark.collective_timeout_s)
     if ranked is not None:
         atomic_write_json({"steps": [r.as_dict() for r in ranked.steps], "rank_step_times": ranked.rank_step_times,
                            "rank_losses": ranked.rank_losses, "outcome": dataclasses.asdict(ranked.outcome),

@@ -193,6 +193,8 @@ class BenchmarkConf(Freezable):
     telemetry_interval_s: float = 0.5
     preflight_file: Optional[str] = None  # a tprimat preflight JSON: measured ceilings for the projection
     projection: str = "roofline"  # roofline | measured-slice: what the result's projection section holds
+    init_timeout_s: float = 300.0  # ranks that have not met (or finished the first step) by then: the run fails
+    collective_timeout_s: float = 100.0  # after the first step: a collective waiting longer fails the run
 
 
 @dataclass

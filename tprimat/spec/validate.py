@@ -48,7 +48,8 @@ POSITIVE = (
 )
 POSITIVE_REAL = ("training.optimizer.eps", "model.rope_theta", "model.rms_norm_eps", "model.rope_low_freq_factor",
                  "model.rope_high_freq_factor", "model.rope_scaling_factor", "platform.price_per_device_hour_usd",
-                 "platform.power_limit_w", "benchmark.telemetry_interval_s", "framework.timeout_min")
+                 "platform.power_limit_w", "benchmark.telemetry_interval_s", "framework.timeout_min",
+                 "benchmark.init_timeout_s", "benchmark.collective_timeout_s")
 TOKEN_ID_BYTES = 16  # int64 inputs and labels: what one token of a step's batch holds at the least
 # Model and sequence sizes past which a value is a typo, not a model: at least twice the largest published dense
 # decoder's (Llama 3.1 405B: hidden 16,384, FFN 53,248, 126 layers, 128 heads; Gemma's 256,000-entry vocabulary;

@@ -8,15 +8,12 @@ import functools
 import json
 import logging
 import os
-import re
-import time
 from pathlib import Path
 from typing import Optional
 
 from tprimat.execute.prepare import prepare
 from tprimat.measure.devices import detect
-from tprimat.results.result import RESULT_FILE, SCHEDULER, read_result, with_scheduler_reason, write_result, write_unsuccessful
-from tprimat.results.steplog import rebuild
+from tprimat.results.result import RESULT_FILE, write_unsuccessful
 from tprimat.spec.build import SpecError, build_spec, spec_identity, spec_to_dict
 
 log = logging.getLogger("tprimat")
@@ -90,6 +87,13 @@ SLURM_ONLY = ("partition", "qos", "account", "constraint", "signal_delay_s", "ar
               "gpus_per_task", "mem_per_gpu", "mem_per_cpu")
 
 
+def not_requeued(additional: dict) -> dict:
+    """sbatch --no-requeue unless the sweep asks otherwise: a point's outcome is recorded once, when its job ends
+    (a failed point runs again on resume); a job Slurm requeued after a node failure would run again unobserved and
+    overwrite that record."""
+    return additional if {"requeue", "no_requeue"} & set(additional) else {**additional, "no_requeue": True}
+
+
 def make_executor(kind: str, params: dict):
     import submitit
 
@@ -98,83 +102,9 @@ def make_executor(kind: str, params: dict):
     update = {k: params[k] for k in GENERIC if params.get(k) is not None}
     if kind == "slurm":
         update.update({f"slurm_{k}": params[k] for k in SLURM_ONLY if params.get(k) not in (None, {}, [])})
+        update["slurm_additional_parameters"] = not_requeued(params.get("additional_parameters") or {})
     executor.update_parameters(**update)
     return executor
-
-
-LOST = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")  # srun's line for a task that ended badly
-
-
-def lost_tasks(job) -> list[str]:
-    """Where srun said a task ended badly ("srun: error: node2: task 1: Killed"), from the job's own logs: the
-    node lost, named as Slurm names it."""
-    try:
-        folder = Path(str(job.paths.folder))
-    except Exception:  # noqa: BLE001 - a job without submitit's paths
-        return []
-    found = []
-    for log_file in sorted(folder.glob(f"{job.job_id}_*_log.*")) if folder.is_dir() else []:
-        try:
-            text = log_file.read_text(errors="replace")
-        except OSError:
-            continue
-        found += [f"{m.group(1)} (task {m.group(2)}: {m.group(3).strip()[:80]})" for m in LOST.finditer(text)]
-    return list(dict.fromkeys(found))
-
-
-def record_job_failure(point, job, exc: Exception) -> str:
-    """A job that was cancelled, timed out or died: a ``failed`` result (unless it finished ok), the reason, led by
-    the node(s) whose task ended badly where srun said so."""
-    lost = lost_tasks(job)
-    reason = (f"job {job.job_id} ended {_state(job)}" + (f", lost {', '.join(lost)}" if lost else "")
-              + f": {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
-    existing = point.run_dir / RESULT_FILE
-    try:
-        own = read_result(existing) if existing.exists() else rebuild(point.run_dir)
-    except ValueError:
-        own = None
-    if own is None:
-        write_unsuccessful(point.run_dir, "failed", reason, overrides=point.overrides, warnings=[SCHEDULER + reason])
-    elif own.get("status") != "ok":  # the job's own failed result (a caught SIGTERM) or its steps: keep them
-        write_result(with_scheduler_reason(own, reason), point.run_dir)
-    log.error("#%d %s", point.idx, reason)
-    return reason
-
-
-ENDED_BY_SCHEDULER = ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE")
-NOT_YET_FINAL = ("RUNNING", "COMPLETING", "PENDING")  # and, from Slurm, UNKNOWN: sacct not readable yet
-
-
-def record_scheduler_end(point, job, settle_s: float = 60.0) -> None:
-    """A job that caught the scheduler's SIGTERM wrote its own failed result and returned: say what the
-    scheduler did (cancelled, out of time, preempted) in that result too. The scheduler's final state can
-    lag the job's return by a few seconds (still RUNNING while it completes, or not yet readable: UNKNOWN on a
-    loaded machine): it is polled until it is final, for that long at most."""
-    existing = point.run_dir / RESULT_FILE
-    try:
-        own = read_result(existing)
-    except (OSError, ValueError):
-        return
-    if own.get("status") == "ok":
-        return
-    deadline, state = time.monotonic() + settle_s, _state(job)
-    slurm = "slurm" in type(job).__module__
-
-    def settling(state: str) -> bool:
-        return state.startswith(NOT_YET_FINAL) or (slurm and state.startswith("UNKNOWN"))
-
-    while settling(state) and time.monotonic() < deadline:
-        time.sleep(1)
-        state = _state(job)
-    if state.startswith(ENDED_BY_SCHEDULER):
-        write_result(with_scheduler_reason(own, f"job {job.job_id} ended {state}"), point.run_dir)
-
-
-def _state(job) -> str:
-    try:
-        return str(job.state)
-    except Exception:  # noqa: BLE001 - the scheduler may not know the job any more
-        return "UNKNOWN"
 
 
 def summary_rows(points) -> list[dict]:
