@@ -319,12 +319,15 @@ class NodesCluster(Cluster):
                  f"{self.nodes} slurmd nodes (idle)", timeout_s)
 
     def recover(self, i: int) -> None:
-        """Node i back after a fault: its link up, its slurmd running, returned to service, every node idle."""
+        """Node i back after a fault: its link up, its slurmd started afresh (it registers at once, rather than at
+        slurmctld's next ping of a node it holds lost; job steps still running there are adopted), returned to
+        service, every node idle."""
         self.link(i, True)
-        if self.slurmd[i].poll() is not None:
-            self.slurmd[i] = self.start_slurmd(i)
+        if self.slurmd[i].poll() is None:
+            self.stop_slurmd(i)
+        self.slurmd[i] = self.start_slurmd(i)
         wait_for(lambda: "*" not in self.run("sinfo", "-h", "-N", "-n", self.name(i), "-o", "%t").stdout,
-                 f"{self.name(i)} responding", 120)
+                 f"{self.name(i)} registered", 120)
         self.run("scontrol", "update", f"nodename={self.name(i)}", "state=resume")
         self.wait_idle()
 

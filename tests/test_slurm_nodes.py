@@ -1,18 +1,24 @@
-"""Two nodes for real: a Slurm cluster of network namespaces (scripts/slurm_cluster.py ``NodesCluster``), each
+"""Slurm for real: a private cluster of network namespaces (scripts/slurm_cluster.py ``NodesCluster``), each
 slurmd in its own namespace with its own address on a private bridge. A sweep over platform.nodes=1,2 through
 hydra/launcher=submitit_slurm trains over gloo across the namespaces; the 2-node run's losses match the 1-node run of
 the same global batch (as the DDP tests hold them); the result names each rank's node and the rendezvous used, and
-the interface gloo used is the one routing to the first node, derived, not loopback. Needs root (skipped without)."""
+the interface gloo used is the one routing to the first node, derived, not loopback. One-node jobs of two ranks
+run on the same cluster (one cluster at a time on a machine: all of Slurm's tests are in this module, so that one
+worker runs them while the other goes on). A shaped link is measured; faults between the nodes (a rank killed, a
+link down, a slurmd stopped, a rendezvous that cannot form) end bounded and named. Needs root (skipped without)."""
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.slurm_cluster import NodesCluster, install, netns_reason
+from tests.slurm_cluster import NodesCluster, install, netns_reason, wait_for
 from tprimat.results.result import read_result, validate_result
+from tprimat.results.steplog import read_steps
 
 pytestmark = pytest.mark.slow  # a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds)
 
@@ -59,6 +65,74 @@ def test_two_nodes_train_across_namespaces_as_one_node_does_and_resume(cluster, 
     assert "2 skipped" in again.stdout + again.stderr or (again.stdout + again.stderr).count("skipped") >= 2
 
 
+
+# One node of the same cluster, two tasks (gloo ranks through a rendezvous file, on loopback) per point
+ONE_NODE_RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
+                "logging.wandb.mode=disabled", "platform=cpu", "platform.devices_per_node=2", "benchmark.telemetry=false"]
+
+
+def sweep_cmd(sweep_dir, *overrides, launcher="slurm"):
+    return [sys.executable, str(ROOT / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+            f"hydra/launcher={launcher}", *SLURM, *overrides,
+            f"resume_from={sweep_dir}/none"]
+
+
+def test_two_point_sweep_two_tasks_each(cluster, tmp_path):
+    command = sweep_cmd(tmp_path / "s", *ONE_NODE_RUN, "parallelism.fsdp=false,true", launcher="submitit_slurm")
+    proc = subprocess.run(command, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for point in ("0", "1"):
+        result = read_result(tmp_path / "s" / point / "result.json")
+        assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
+        assert result["environment"]["env"]["SLURM_NTASKS"] == "2"  # initialised from Slurm's tasks
+        assert (tmp_path / "s" / point / ".hydra" / "config.yaml").exists()
+    jobs = settled_jobs(cluster)
+    assert [state for _, state in jobs].count("COMPLETED") >= 2, jobs
+
+
+def settled_jobs(cluster, timeout_s: float = 180) -> list[tuple[str, str]]:
+    """sacct's (job, state) once no job is still ending: the sweep returns as soon as every point's result
+    exists, which can be a moment before Slurm has recorded the job's end."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = cluster.run("sacct", "-n", "-X", "-P", "-o", "JobID,State").stdout
+        jobs = [tuple(line.split("|")[:2]) for line in out.splitlines() if "|" in line]
+        if time.monotonic() > deadline or not any(s in ("PENDING", "RUNNING", "COMPLETING") for _, s in jobs):
+            return jobs
+        time.sleep(1)
+
+
+def test_a_cancelled_job_is_recorded_as_failed(cluster, tmp_path):
+    long_run = [o for o in ONE_NODE_RUN if not o.startswith("training.max_steps")] + ["training.max_steps=100000"]
+    proc = subprocess.Popen(sweep_cmd(tmp_path / "s", *long_run), cwd=tmp_path, env=cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, job = time.monotonic() + 240, ""
+    while time.monotonic() < deadline and not job:
+        job = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.strip()
+        time.sleep(1)
+    assert job, "the job never started"
+    wait_for(lambda: read_steps(tmp_path / "s" / "0")[1], "the job's first measured step", 240)  # cancelled mid-run
+    assert cluster.run("scancel", job.split()[0]).returncode == 0
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output[-3000:]
+    result = read_result(tmp_path / "s" / "0" / "result.json")
+    assert result["status"] == "failed" and "CANCELLED" in result["error"]
+    assert "failed" in (tmp_path / "s" / "sweep_summary.csv").read_text()
+
+
+def test_srun_one_task_per_rank(cluster, tmp_path):
+    """``srun -n 2 python launch.py``: each task initialises torch.distributed from Slurm's environment (the
+    job's first node and a port from the job id); rank 0 alone writes the result and Hydra's config dump."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(["srun", "-n", "2", "--cpus-per-task=1", "--time=5", sys.executable, str(ROOT / "launch.py"),
+                           f"hydra.run.dir={run_dir}", *ONE_NODE_RUN], cwd=tmp_path, env=cluster.env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = read_result(run_dir / "result.json")
+    assert result["status"] == "ok" and result["ranks"]["world_size"] == 2
+    assert result["environment"]["env"]["SLURM_NTASKS"] == "2"
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+
 SHAPED_MBIT = 400  # node links shaped with tc tbf: 400 Mbit/s = 0.05 GB/s each way
 
 
@@ -68,7 +142,6 @@ def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_node
     bus bandwidth = the link's rate), and `tprimat project --measure --preflight` projects the 2-node step from a
     slice measured on one process here plus that bandwidth; its error against the real 2-node run, each rank on one
     thread (the namespaces share this machine's cores), is stated in docs/benchmarks.md and bounded here."""
-    import json
 
     for node in (1, 2):
         cluster.shape(node, SHAPED_MBIT)
@@ -109,10 +182,6 @@ def test_a_node_lost_mid_run_ends_the_job_bounded_named_with_its_steps_and_the_s
     """node2's rank killed mid-run (as a node that dies takes its processes): the job ends within 120 s with a
     failed result naming node2 (srun's own line for the task), every step rank 0 recorded before the fault kept,
     nothing of the job left in either namespace; a sweep resuming from it runs the point again, to ok."""
-    import time
-
-    from tests.slurm_cluster import wait_for
-    from tprimat.results.steplog import read_steps
 
     run = [*RUN, "training.max_steps=30", "platform.nodes=2"]
     env = {**cluster.env, "OMP_NUM_THREADS": "1"}
@@ -159,10 +228,6 @@ def start_faulted(cluster, sweep_dir, *extra) -> subprocess.Popen:
 def fault_mid_run(cluster, sweep_dir, fault) -> tuple[float, int, dict]:
     """Four measured steps, then ``fault()``: how long the sweep took to end after it, the steps recorded before
     it, and the point's result (the sweep summed up and exited 1)."""
-    import time
-
-    from tests.slurm_cluster import wait_for
-    from tprimat.results.steplog import read_steps
 
     sweep_dir.mkdir(parents=True)
     proc = start_faulted(cluster, sweep_dir)
@@ -194,7 +259,6 @@ def test_a_link_down_and_a_stopped_slurmd_end_bounded_named_with_their_steps_and
     default 300) and ends the job NODE_FAIL, not requeued; the result names node2 as Slurm does (bound 30 + 60 s).
     Each keeps every step recorded before the fault, and once node2 is back nothing of either job is left in any
     namespace; one sweep resuming from both runs the point again, to ok."""
-    from tests.slurm_cluster import wait_for
 
     try:
         ended_s, _, result = fault_mid_run(cluster, tmp_path / "link", lambda: cluster.link(2, False))
@@ -222,7 +286,6 @@ def test_a_rendezvous_that_cannot_form_fails_bounded_naming_the_rank_that_never_
     """node2 resolves node1 to an address nobody holds (a wrong hosts entry, a stale DNS record): its rank never
     reaches the rendezvous. Rank 0 fails after benchmark.init_timeout_s=15 naming rank 1 on node2 as never joined
     (not gloo's 30-minute default), the job ends within 120 s of its launch, and nothing is left behind."""
-    import time
 
     hosts = cluster.hosts_file(2)
     saved = hosts.read_text()

@@ -52,7 +52,7 @@ def slurm_lost_nodes(job) -> list[str]:
     lost = []
     for name, state, reason in (line.split("|", 2) for line in dict.fromkeys(lines) if line.count("|") == 2):
         if state.endswith("*") or state.startswith(("down", "drain", "fail")):
-            lost.append(f"{name} ({state}: {reason})" if reason.strip() else f"{name} ({state})")
+            lost.append(f"{name} ({state}: {reason})" if reason.strip() not in ("", "none") else f"{name} ({state})")
     return lost
 
 
