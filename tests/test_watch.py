@@ -1,10 +1,12 @@
 """The ranks' watch (tprimat.execute.watch) on torch.distributed's real store and process group, in this process:
 a rendezvous a rank never joins fails within its bound naming that rank; after a collective fails, rank 0 names
-exactly the ranks that neither beat nor reported; Slurm's placement of ranks is read with Slurm's own tool. The
-faults between real nodes are tests/test_slurm_nodes.py."""
+exactly the ranks that neither beat nor reported, with what the others saw; Slurm's placement of ranks is read with
+Slurm's own tool; the launcher holds a run stalled only mid-run. The faults between real nodes are
+tests/test_slurm_nodes.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import threading
@@ -15,7 +17,9 @@ import pytest
 import torch.distributed as dist
 
 from tprimat.execute.distributed import RankEnv
-from tprimat.execute.watch import QUIET_BEATS, RankWatch, RendezvousFailed, meet, slurm_placement
+from tprimat.execute.watch import QUIET_BEATS, RanksLost, RankWatch, RendezvousFailed, meet, on_failure, slurm_placement
+from tprimat.results.steplog import STEPS_FILE
+from tprimat.sweep.jobs import StepWatch
 
 
 def free_port() -> int:
@@ -70,7 +74,37 @@ def test_rank_0_names_only_the_ranks_that_neither_beat_nor_reported():
     assert watches[0].lost() == [3]
     assert time.monotonic() - started <= QUIET_BEATS + 1
     assert watches[0].hosts() == {0: "node0", 1: "node1", 2: "node2", 3: "node3"}
+    raised = on_failure(watches[0], RuntimeError("Timed out waiting 10000ms for recv"), 10)
+    assert isinstance(raised, RanksLost)
+    assert str(raised).startswith("lost rank 3 on node3 (silent for 3 s after the collective failed), "
+                                  "benchmark.collective_timeout_s=10: RuntimeError: Timed out waiting 10000ms for recv")
+    assert "; rank 2 on node2 saw RuntimeError: Connection closed by peer" in str(raised)
     watches[1].stop()
+
+
+def test_the_launcher_holds_a_run_stalled_only_mid_run_and_past_its_limit(tmp_path):
+    """Rank 0's steps.jsonl as the launcher reads it: silent past the limit between a run's first and last step is a
+    stall; before the first step, after the last (the result being written), or within ten slowest steps, not."""
+    path = tmp_path / STEPS_FILE
+    watch = StepWatch(tmp_path, max_steps=10, limit_s=0.3)
+    assert watch.silent_s() == 0  # no steps.jsonl yet: model build, compilation
+    path.write_text(json.dumps({"header": {"run_id": "x"}}) + "\n")
+    time.sleep(0.4)
+    assert watch.silent_s() == 0  # the header alone: not armed
+    with path.open("a") as f:
+        f.write(json.dumps({"step": 3, "step_time_s": 0.01, "repeat": 0}) + "\n")
+    assert watch.silent_s() == 0
+    time.sleep(0.4)
+    assert watch.silent_s() > 0.3  # mid-run and silent past max(0.3 s, 10 x 0.01 s)
+    with path.open("a") as f:
+        f.write(json.dumps({"step": 4, "step_time_s": 0.05, "repeat": 0}) + "\n")
+    assert watch.silent_s() == 0
+    time.sleep(0.4)
+    assert watch.silent_s() == 0  # within ten of its slowest step (0.5 s)
+    with path.open("a") as f:
+        f.write(json.dumps({"step": 10, "step_time_s": 0.01, "repeat": 0}) + "\n")
+    time.sleep(0.6)
+    assert watch.silent_s() == 0  # the last step: the result is being written, not a stall
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's scontrol is not installed")

@@ -171,10 +171,10 @@ def collect(point: PointState, job) -> JobReturn:
     failed run's exit code: the sweep sums it up and exits 1 (``tprimat.launch.exit_after_sweep``) rather than Hydra
     re-raising the scheduler's exception as a traceback."""
     from tprimat.execute.run import EXIT_FAILED
-    from tprimat.sweep.jobs import record_job_failure, record_scheduler_end
+    from tprimat.sweep.jobs import rank0_return, record_job_failure, record_scheduler_end
 
     try:
-        ret = job.results()[0]
+        ret = rank0_return(point, job)
         record_scheduler_end(point, job)
         return ret
     except Exception as exc:  # noqa: BLE001 - UncompletedJobError, FailedJobError, ...

@@ -136,8 +136,7 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], 
 
     def collect(record: StepRecord) -> None:
         records.append(record)
-        if len(records) == 1:
-            tighten(collective_timeout_s)
+        tighten(collective_timeout_s)
         if on_step and env.rank == 0:
             on_step(record)
 

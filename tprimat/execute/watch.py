@@ -95,8 +95,8 @@ class RankWatch:
             count += 1
             try:
                 self.beat_store.set(self.key("beat", self.rank), str(count))
-            except Exception:  # noqa: BLE001 - the store is gone (rank 0 ended, or the link): nothing left to tell
-                return
+            except Exception:  # noqa: BLE001 - the store out of reach for now (a stall, the link): the next beat tries
+                pass
             self.stopped.wait(BEAT_S)
 
     def stop(self) -> None:
@@ -151,7 +151,10 @@ def meet(env, backend: str, host: str, init_timeout_s: float) -> RankWatch:
                                 world_size=env.world_size, timeout=timeout)
     except (dist.DistError, RuntimeError) as exc:
         raise RendezvousFailed(_not_met(watch, where, init_timeout_s, exc)) from None
-    watch.beat_store = _store(env, timedelta(seconds=QUIET_BEATS * BEAT_S), False)
+    try:
+        watch.beat_store = _store(env, timedelta(seconds=QUIET_BEATS * BEAT_S), False)
+    except (dist.DistError, RuntimeError) as exc:  # the group formed: train on, unwatched (a failure is not named)
+        log.warning("no heartbeat connection to %s: %s", where, str(exc).splitlines()[0][:200])
     return watch.start()
 
 
@@ -166,7 +169,8 @@ def _not_met(watch: RankWatch, where: str, init_timeout_s: float, exc: BaseExcep
 
 
 def tighten(collective_timeout_s: float) -> None:
-    """After the first step: every process group's timeout becomes ``collective_timeout_s``."""
+    """After each step: every process group's timeout is ``collective_timeout_s`` (a repeat's new mesh included; its
+    groups wait torch's default, 30 min on gloo, until its first step). Setting it is a field write per group."""
     timeout = timedelta(seconds=collective_timeout_s)
     for group in list(dist.distributed_c10d._world.pg_map):
         dist.distributed_c10d._set_pg_timeout(timeout, group)
@@ -191,10 +195,12 @@ def on_failure(watch: RankWatch, exc: BaseException, collective_timeout_s: float
     if watch.rank != 0:
         watch.report(exc)
         return RanksLost(f"lost {watch.host}: rank {watch.rank}'s own link {link} is down: {seen}") if link else exc
-    silent = watch.lost() if watch.beat_store is not None else []
+    silent = watch.lost() if watch.beat_store is not None and not link else []
     if not silent and not link:
         return exc
     hosts = {**dict(enumerate(slurm_placement())), **watch.hosts()}
     lost = ([f"{watch.host} (rank 0's own link {link} is down)"] if link else []) + (
         [f"{named(silent, hosts)} (silent for {QUIET_BEATS * BEAT_S:g} s after the collective failed)"] if silent else [])
-    return RanksLost(f"lost {'; '.join(lost)}, benchmark.collective_timeout_s={collective_timeout_s:g}: {seen}")
+    said = [f"{named([r], hosts)} saw {text}" for r in range(1, watch.world_size) if (text := watch.read("failed", r))]
+    return RanksLost(f"lost {'; '.join(lost)}, benchmark.collective_timeout_s={collective_timeout_s:g}: {seen}"
+                     + "".join(f"; {line}" for line in said[:3]))

@@ -1,21 +1,26 @@
-"""A submitted job's end, as tprimat records it: which node was lost (srun's own lines, and the nodes Slurm itself
-holds lost), what the scheduler did, and a job left waiting on a task it cannot reach cancelled."""
+"""A submitted job's end, as tprimat records it: rank 0's return awaited (not every task's: a node cut off may never
+report), a job whose rank 0 stopped recording steps mid-run cancelled, which node was lost (srun's own lines, and
+the nodes Slurm itself holds lost), what the scheduler did, and a job left waiting on a task it cannot reach
+cancelled."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 from tprimat.results.result import RESULT_FILE, SCHEDULER, read_result, with_scheduler_reason, write_result, write_unsuccessful
-from tprimat.results.steplog import rebuild
+from tprimat.results.steplog import STEPS_FILE, rebuild
 
 log = logging.getLogger("tprimat")
 
 
 LOST = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")  # srun's line for a task that ended badly
+NOT_LAUNCHED = re.compile(r"srun: error: Task launch for \S+ failed on node (\S+): (.+)")  # a node that never started
 
 
 def lost_tasks(job) -> list[str]:
@@ -32,6 +37,7 @@ def lost_tasks(job) -> list[str]:
         except OSError:
             continue
         found += [f"{m.group(1)} (task {m.group(2)}: {m.group(3).strip()[:80]})" for m in LOST.finditer(text)]
+        found += [f"{m.group(1)} (task launch failed: {m.group(2).strip()[:80]})" for m in NOT_LAUNCHED.finditer(text)]
     return list(dict.fromkeys(found))
 
 
@@ -84,7 +90,8 @@ GRACE_S = 10.0  # rank 0 returned its failed result: the job's other tasks end w
 
 def record_scheduler_end(point, job, settle_s: float = 60.0, grace_s: float = GRACE_S) -> None:
     """A job whose rank 0 wrote its own failed result and returned (a caught SIGTERM, a rank lost): say what the
-    scheduler did (cancelled, out of time, preempted) in that result too. A job still running ``grace_s`` after
+    scheduler did (cancelled, out of time, preempted) and which nodes srun or Slurm said were lost in that result
+    too. A job still running ``grace_s`` after
     (srun waiting on a task on a node it cannot reach) is cancelled, and the result says tprimat cancelled it.
     The scheduler's final state can lag the job's return by a few seconds (still RUNNING while it completes, or
     not yet readable: UNKNOWN on a loaded machine): it is polled until it is final, for ``settle_s`` at most."""
@@ -101,8 +108,8 @@ def record_scheduler_end(point, job, settle_s: float = 60.0, grace_s: float = GR
         state = _settled(job, settle_s)
         if state.startswith("CANCELLED"):  # (it may have completed meanwhile: then nothing is said)
             by_tprimat = f" (cancelled by tprimat: still running {grace_s:g} s after rank 0 returned its failed result)"
-    if by_tprimat or state.startswith(ENDED_BY_SCHEDULER):
-        lost = slurm_lost_nodes(job)
+    lost = lost_tasks(job) + slurm_lost_nodes(job)
+    if by_tprimat or lost or state.startswith(ENDED_BY_SCHEDULER):
         reason = f"job {job.job_id} ended {state}{by_tprimat}" + (f", lost {', '.join(lost)}" if lost else "")
         write_result(with_scheduler_reason(own, reason), point.run_dir)
 
@@ -118,7 +125,77 @@ def _settled(job, wait_s: float) -> str:
 
 
 def _state(job) -> str:
+    """The job's state asked of the scheduler now (submitit's own ``state`` is a cache it refreshes every few
+    minutes on a long job)."""
     try:
-        return str(job.state)
+        watcher = getattr(job, "watcher", None)
+        return str(watcher.get_state(job.job_id, mode="force") if watcher is not None else job.state)
     except Exception:  # noqa: BLE001 - the scheduler may not know the job any more
         return "UNKNOWN"
+
+
+STATE_EVERY_S = 15.0  # while waiting on rank 0, the scheduler is asked this often whether the job has ended
+
+
+class Stalled(RuntimeError):
+    """Rank 0 recorded no step for too long in the middle of a run: the job was cancelled."""
+
+
+class StepWatch:
+    """Rank 0's progress as its steps.jsonl shows it (on the disk the launcher shares with the job). Armed between a
+    run's first recorded step and its last (``training.max_steps``; a new repeat re-arms it): a run that records
+    no step for ``limit_s`` there, nor for ten times its slowest step, is stalled. Its collectives cannot wait
+    longer than ``benchmark.collective_timeout_s``, so a longer silence is rank 0 itself gone (frozen, or its node
+    cut off from the disk), not a slow collective."""
+
+    def __init__(self, run_dir: Path, max_steps: int, limit_s: float) -> None:
+        self.path, self.max_steps, self.limit_s = Path(run_dir) / STEPS_FILE, max_steps, limit_s
+        self.size, self.changed_at, self.armed, self.slowest_s = -1, time.monotonic(), False, 0.0
+
+    def silent_s(self) -> float:
+        """Seconds without a new step while armed (0 when not armed)."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return 0.0
+        if size != self.size:
+            self.size, self.changed_at = size, time.monotonic()
+            last = last_step(self.path)
+            self.armed = last is not None and last.get("step", self.max_steps) < self.max_steps
+            self.slowest_s = max(self.slowest_s, float((last or {}).get("step_time_s") or 0.0))
+        silent = time.monotonic() - self.changed_at
+        return silent if self.armed and silent > max(self.limit_s, 10 * self.slowest_s) else 0.0
+
+
+def last_step(path: Path) -> Optional[dict]:
+    """The last whole step line of a steps.jsonl (read from its end)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 8192))
+        for line in reversed(f.read().splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            return data if isinstance(data, dict) and "step" in data else None
+    return None
+
+
+def rank0_return(point, job, poll_s: float = 2.0):
+    """Task 0's return value (rank 0 writes the result), waited for alone: a task on a node cut off may never
+    report. A job whose rank 0 stalls mid-run (StepWatch, three collective timeouts) is cancelled and raises
+    ``Stalled``, as a job the scheduler ended raises its own error."""
+    config = point.config or {}
+    limit_s = 3 * float((config.get("benchmark") or {}).get("collective_timeout_s") or 100.0)
+    watch = StepWatch(point.run_dir, int((config.get("training") or {}).get("max_steps") or 0), limit_s)
+    task0, asked_at = (job.task(0) if getattr(job, "num_tasks", 1) > 1 else job), time.monotonic()
+    while not task0.done():
+        silent_s = watch.silent_s()
+        if silent_s:
+            job.cancel(check=False)
+            raise Stalled(f"rank 0 recorded no step for {silent_s:.0f} s mid-run (3 x benchmark.collective_timeout_s "
+                          f"= {limit_s:g} s): cancelled by tprimat")
+        if time.monotonic() - asked_at > STATE_EVERY_S:  # refreshes submitit's cached state: an ended job is seen
+            _state(job)
+            asked_at = time.monotonic()
+        time.sleep(poll_s)
+    return task0.result()
