@@ -41,18 +41,30 @@ def lost_tasks(job) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def slurm_lost_nodes(job) -> list[str]:
-    """The job's nodes that Slurm itself holds lost (not responding, down, draining, failing) with its reason, from
-    Slurm's own ``sacct`` and ``sinfo``: "node2 (down*: Not responding)"; [] for a job not on Slurm."""
+def job_nodes(job) -> list[str]:
+    """The job's nodes in Slurm's order (task 0 on the first), from Slurm's own sacct and scontrol; [] off Slurm."""
     if "slurm" not in type(job).__module__:
         return []
     try:
         nodes = subprocess.run(["sacct", "-j", str(job.job_id), "-X", "-n", "-P", "-o", "NodeList"], capture_output=True,
                                text=True, timeout=30).stdout.split()
-        if not nodes or nodes[0] in ("None", "(null)"):
+        if not nodes or nodes[0] in ("None", "(null)", "None assigned"):
             return []
-        lines = subprocess.run(["sinfo", "-h", "-N", "-n", nodes[0], "-o", "%N|%t|%E"], capture_output=True, text=True,
-                               timeout=30).stdout.splitlines()
+        return subprocess.run(["scontrol", "show", "hostnames", nodes[0]], capture_output=True, text=True,
+                              timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def slurm_lost_nodes(job) -> list[str]:
+    """The job's nodes that Slurm itself holds lost (not responding, down, draining, failing) with its reason, from
+    Slurm's own ``sacct`` and ``sinfo``: "node2 (down*: Not responding)"; [] for a job not on Slurm."""
+    nodes = job_nodes(job)
+    if not nodes:
+        return []
+    try:
+        lines = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%t|%E"], capture_output=True,
+                               text=True, timeout=30).stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
         return []
     lost = []
@@ -192,8 +204,9 @@ def rank0_return(point, job, poll_s: float = 2.0):
         silent_s = watch.silent_s()
         if silent_s:
             job.cancel(check=False)
-            raise Stalled(f"rank 0 recorded no step for {silent_s:.0f} s mid-run (3 x benchmark.collective_timeout_s "
-                          f"= {limit_s:g} s): cancelled by tprimat")
+            where = next(iter(job_nodes(job)), None)
+            raise Stalled(f"lost {f'rank 0 on {where}' if where else 'rank 0'}: it recorded no step for {silent_s:.0f} s "
+                          f"mid-run (3 x benchmark.collective_timeout_s = {limit_s:g} s): cancelled by tprimat")
         if time.monotonic() - asked_at > STATE_EVERY_S:  # refreshes submitit's cached state: an ended job is seen
             _state(job)
             asked_at = time.monotonic()
