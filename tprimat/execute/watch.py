@@ -124,8 +124,11 @@ class RankWatch:
 
 
 def _store(env, timeout: timedelta, master: bool):
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), env.world_size, master, timeout,
-                         wait_for_workers=False)
+    """A connection to the rendezvous store, its keys under this attempt's prefix (torchrun's agent keeps one store
+    across restarts: a restarted group must not read the last attempt's sign-ins, beats or reports)."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), env.world_size, master, timeout,
+                          wait_for_workers=False)
+    return dist.PrefixStore(f"tprimat/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def meet(env, backend: str, host: str, init_timeout_s: float) -> RankWatch:
