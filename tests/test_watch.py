@@ -83,28 +83,34 @@ def test_rank_0_names_only_the_ranks_that_neither_beat_nor_reported():
 
 
 def test_the_launcher_holds_a_run_stalled_only_mid_run_and_past_its_limit(tmp_path):
-    """Rank 0's steps.jsonl as the launcher reads it: silent past the limit between a run's first and last step is a
-    stall; before the first step, after the last (the result being written), or within ten slowest steps, not."""
+    """Rank 0's steps.jsonl as the launcher reads it: silent past the limit between a run's first and next-to-last
+    step is a stall; an earlier run's file, the header alone, the last steps (the result being written), or a
+    silence within ten slowest steps, not."""
     path = tmp_path / STEPS_FILE
+
+    def append(record: dict) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    append({"step": 3, "step_time_s": 0.01, "repeat": 0})  # an earlier run's, before the watch began
+    time.sleep(0.05)
     watch = StepWatch(tmp_path, max_steps=10, limit_s=0.3)
-    assert watch.silent_s() == 0  # no steps.jsonl yet: model build, compilation
-    path.write_text(json.dumps({"header": {"run_id": "x"}}) + "\n")
+    time.sleep(0.4)
+    assert watch.silent_s() == 0
+    path.write_text(json.dumps({"header": {"run_id": "x"}}) + "\n")  # the new run starts its file
     time.sleep(0.4)
     assert watch.silent_s() == 0  # the header alone: not armed
-    with path.open("a") as f:
-        f.write(json.dumps({"step": 3, "step_time_s": 0.01, "repeat": 0}) + "\n")
+    append({"step": 3, "step_time_s": 0.01, "repeat": 0})
     assert watch.silent_s() == 0
     time.sleep(0.4)
     assert watch.silent_s() > 0.3  # mid-run and silent past max(0.3 s, 10 x 0.01 s)
-    with path.open("a") as f:
-        f.write(json.dumps({"step": 4, "step_time_s": 0.05, "repeat": 0}) + "\n")
+    append({"step": 4, "step_time_s": 0.2, "repeat": 0})
     assert watch.silent_s() == 0
-    time.sleep(0.4)
-    assert watch.silent_s() == 0  # within ten of its slowest step (0.5 s)
-    with path.open("a") as f:
-        f.write(json.dumps({"step": 10, "step_time_s": 0.01, "repeat": 0}) + "\n")
-    time.sleep(0.6)
-    assert watch.silent_s() == 0  # the last step: the result is being written, not a stall
+    time.sleep(0.5)
+    assert watch.silent_s() == 0  # within ten of its slowest step (2 s)
+    append({"step": 9, "step_time_s": 0.01, "repeat": 0})
+    time.sleep(2.2)
+    assert watch.silent_s() == 0  # the next-to-last step on: the result is being written, not a stall
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's scontrol is not installed")

@@ -11,6 +11,7 @@ can still reach the store says so, and rank 0 names the ranks that neither said 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import subprocess
@@ -198,12 +199,15 @@ def on_failure(watch: RankWatch, exc: BaseException, collective_timeout_s: float
     if watch.rank != 0:
         watch.report(exc)
         return RanksLost(f"lost {watch.host}: rank {watch.rank}'s own link {link} is down: {seen}") if link else exc
-    silent = watch.lost() if watch.beat_store is not None and not link else []
-    if not silent and not link:
+    if watch.beat_store is None and not link:
         return exc
+    silent = watch.lost() if watch.beat_store is not None and not link else []
     hosts = {**dict(enumerate(slurm_placement())), **watch.hosts()}
+    reports = ((r, watch.read("failed", r)) for r in range(1, watch.world_size)) if watch.beat_store is not None else ()
+    said = "".join(f"; {named([r], hosts)} saw {text}" for r, text in itertools.islice(
+        ((r, text) for r, text in reports if text), 3))
+    if not silent and not link:
+        return RuntimeError(f"{seen}{said}") if said else exc
     lost = ([f"{watch.host} (rank 0's own link {link} is down)"] if link else []) + (
         [f"{named(silent, hosts)} (silent for {QUIET_BEATS * BEAT_S:g} s after the collective failed)"] if silent else [])
-    said = [f"{named([r], hosts)} saw {text}" for r in range(1, watch.world_size) if (text := watch.read("failed", r))]
-    return RanksLost(f"lost {'; '.join(lost)}, benchmark.collective_timeout_s={collective_timeout_s:g}: {seen}"
-                     + "".join(f"; {line}" for line in said[:3]))
+    return RanksLost(f"lost {'; '.join(lost)}, benchmark.collective_timeout_s={collective_timeout_s:g}: {seen}{said}")

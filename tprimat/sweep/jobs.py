@@ -140,8 +140,7 @@ def _state(job) -> str:
     """The job's state asked of the scheduler now (submitit's own ``state`` is a cache it refreshes every few
     minutes on a long job)."""
     try:
-        watcher = getattr(job, "watcher", None)
-        return str(watcher.get_state(job.job_id, mode="force") if watcher is not None else job.state)
+        return str(job.watcher.get_state(job.job_id, mode="force") if "slurm" in type(job).__module__ else job.state)
     except Exception:  # noqa: BLE001 - the scheduler may not know the job any more
         return "UNKNOWN"
 
@@ -155,7 +154,8 @@ class Stalled(RuntimeError):
 
 class StepWatch:
     """Rank 0's progress as its steps.jsonl shows it (on the disk the launcher shares with the job). Armed between a
-    run's first recorded step and its last (``training.max_steps``; a new repeat re-arms it): a run that records
+    run's first recorded step and its next-to-last (``training.max_steps``; a new repeat re-arms it; a file written
+    before the watch began is an earlier run's): a run that records
     no step for ``limit_s`` there, nor for ten times its slowest step, is stalled. Its collectives cannot wait
     longer than ``benchmark.collective_timeout_s``, so a longer silence is rank 0 itself gone (frozen, or its node
     cut off from the disk), not a slow collective."""
@@ -163,17 +163,21 @@ class StepWatch:
     def __init__(self, run_dir: Path, max_steps: int, limit_s: float) -> None:
         self.path, self.max_steps, self.limit_s = Path(run_dir) / STEPS_FILE, max_steps, limit_s
         self.size, self.changed_at, self.armed, self.slowest_s = -1, time.monotonic(), False, 0.0
+        self.since = time.time()  # a steps.jsonl last written before this is an earlier run's
 
     def silent_s(self) -> float:
         """Seconds without a new step while armed (0 when not armed)."""
         try:
-            size = self.path.stat().st_size
+            stat = self.path.stat()
         except OSError:
             return 0.0
-        if size != self.size:
-            self.size, self.changed_at = size, time.monotonic()
+        if stat.st_mtime < self.since:
+            return 0.0
+        if stat.st_size != self.size:
+            self.size, self.changed_at = stat.st_size, time.monotonic()
             last = last_step(self.path)
-            self.armed = last is not None and last.get("step", self.max_steps) < self.max_steps
+            # disarmed from the next-to-last step on: backends that count steps from 0 end at max_steps - 1
+            self.armed = last is not None and last.get("step", self.max_steps) < self.max_steps - 1
             self.slowest_s = max(self.slowest_s, float((last or {}).get("step_time_s") or 0.0))
         silent = time.monotonic() - self.changed_at
         return silent if self.armed and silent > max(self.limit_s, 10 * self.slowest_s) else 0.0
@@ -204,6 +208,7 @@ def rank0_return(point, job, poll_s: float = 2.0):
         silent_s = watch.silent_s()
         if silent_s:
             job.cancel(check=False)
+            _settled(job, 30.0)
             where = next(iter(job_nodes(job)), None)
             raise Stalled(f"lost {f'rank 0 on {where}' if where else 'rank 0'}: it recorded no step for {silent_s:.0f} s "
                           f"mid-run (3 x benchmark.collective_timeout_s = {limit_s:g} s): cancelled by tprimat")
