@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -16,16 +15,11 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
+from tests.slurm_cluster import free_port
 from tprimat.execute.distributed import RankEnv
 from tprimat.execute.watch import QUIET_BEATS, RanksLost, RankWatch, RendezvousFailed, meet, on_failure, slurm_placement
 from tprimat.results.steplog import STEPS_FILE
 from tprimat.sweep.jobs import StepWatch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_rendezvous_a_rank_never_joins_fails_within_its_bound_naming_the_rank(monkeypatch):

@@ -133,10 +133,11 @@ def run_on_this_rank(run: Callable[[Callable[[StepRecord], None]], RunOutcome], 
     is bounded (tprimat.execute.watch): a collective that fails raises, on rank 0 naming the ranks lost."""
     watch = init_process_group(env, device_type, init_timeout_s)
     records: list[StepRecord] = []
+    tightened: set = set()
 
     def collect(record: StepRecord) -> None:
         records.append(record)
-        tighten(collective_timeout_s)
+        tighten(collective_timeout_s, tightened)
         if on_step and env.rank == 0:
             on_step(record)
 

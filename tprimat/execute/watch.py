@@ -38,6 +38,16 @@ class RanksLost(RuntimeError):
     """A collective failed on rank 0, and these ranks went silent."""
 
 
+def hostnames(nodelist: str) -> list[str]:
+    """A Slurm node list (``node[1-2],gpu07``) as its hosts, in order, expanded by Slurm's own ``scontrol show
+    hostnames``; [] where scontrol cannot be run."""
+    try:
+        return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                              timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
 def slurm_placement(environ=os.environ) -> list[str]:
     """The node Slurm placed each rank of this step on (srun's block distribution: ``SLURM_STEP_TASKS_PER_NODE``
     over the step's node list, expanded by Slurm's own ``scontrol show hostnames``); [] outside Slurm."""
@@ -45,11 +55,7 @@ def slurm_placement(environ=os.environ) -> list[str]:
     per_node = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
     if not nodelist or not per_node:
         return []
-    try:
-        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                               timeout=10).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return []
+    hosts = hostnames(nodelist)
     counts = []
     for part in per_node.split(","):  # "2(x3),1": two tasks on each of three nodes, then one
         tasks, _, repeat = part.partition("(x")
@@ -172,12 +178,13 @@ def _not_met(watch: RankWatch, where: str, init_timeout_s: float, exc: BaseExcep
             f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
 
 
-def tighten(collective_timeout_s: float) -> None:
-    """After each step: every process group's timeout is ``collective_timeout_s`` (a repeat's new mesh included; its
-    groups wait torch's default, 30 min on gloo, until its first step). Setting it is a field write per group."""
-    timeout = timedelta(seconds=collective_timeout_s)
-    for group in list(dist.distributed_c10d._world.pg_map):
-        dist.distributed_c10d._set_pg_timeout(timeout, group)
+def tighten(collective_timeout_s: float, done: set) -> None:
+    """After each step: the timeout of every process group not yet in ``done`` (a repeat's new mesh included; its
+    groups wait torch's default, 30 min on gloo, until its first step) becomes ``collective_timeout_s``. ``done``
+    holds the groups themselves, so a later group never passes for a destroyed one."""
+    for group in dist.distributed_c10d._world.pg_map.keys() - done:
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s), group)
+        done.add(group)
 
 
 def own_link_down() -> Optional[str]:

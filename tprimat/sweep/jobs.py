@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from tprimat.execute.watch import hostnames
 from tprimat.results.result import RESULT_FILE, SCHEDULER, read_result, with_scheduler_reason, write_result, write_unsuccessful
 from tprimat.results.steplog import STEPS_FILE, rebuild
 
@@ -42,18 +43,15 @@ def lost_tasks(job) -> list[str]:
 
 
 def job_nodes(job) -> list[str]:
-    """The job's nodes in Slurm's order (task 0 on the first), from Slurm's own sacct and scontrol; [] off Slurm."""
+    """The job's nodes in Slurm's order (task 0 on the first), from Slurm's own sacct; [] off Slurm."""
     if "slurm" not in type(job).__module__:
         return []
     try:
         nodes = subprocess.run(["sacct", "-j", str(job.job_id), "-X", "-n", "-P", "-o", "NodeList"], capture_output=True,
                                text=True, timeout=30).stdout.split()
-        if not nodes or nodes[0] in ("None", "(null)", "None assigned"):
-            return []
-        return subprocess.run(["scontrol", "show", "hostnames", nodes[0]], capture_output=True, text=True,
-                              timeout=30).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return []
+    return [] if not nodes or nodes[0] in ("None", "(null)", "None assigned") else hostnames(nodes[0])
 
 
 def slurm_lost_nodes(job) -> list[str]:
@@ -74,10 +72,15 @@ def slurm_lost_nodes(job) -> list[str]:
     return lost
 
 
+def lost_nodes(job) -> list[str]:
+    """What srun said of the job's tasks that ended badly, then the job's nodes Slurm holds lost."""
+    return lost_tasks(job) + slurm_lost_nodes(job)
+
+
 def record_job_failure(point, job, exc: Exception) -> str:
     """A job that was cancelled, timed out or died: a ``failed`` result (unless it finished ok), the reason, led by
     the node(s) whose task ended badly where srun said so."""
-    lost = lost_tasks(job) + slurm_lost_nodes(job)
+    lost = lost_nodes(job)
     reason = (f"job {job.job_id} ended {_state(job)}" + (f", lost {', '.join(lost)}" if lost else "")
               + f": {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
     existing = point.run_dir / RESULT_FILE
@@ -120,7 +123,7 @@ def record_scheduler_end(point, job, settle_s: float = 60.0, grace_s: float = GR
         state = _settled(job, settle_s)
         if state.startswith("CANCELLED"):  # (it may have completed meanwhile: then nothing is said)
             by_tprimat = f" (cancelled by tprimat: still running {grace_s:g} s after rank 0 returned its failed result)"
-    lost = lost_tasks(job) + slurm_lost_nodes(job)
+    lost = lost_nodes(job)
     if by_tprimat or lost or state.startswith(ENDED_BY_SCHEDULER):
         reason = f"job {job.job_id} ended {state}{by_tprimat}" + (f", lost {', '.join(lost)}" if lost else "")
         write_result(with_scheduler_reason(own, reason), point.run_dir)
