@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT, run_inprocess
 from tprimat import backends
@@ -48,7 +49,8 @@ def flag_values(argv):
 
 @pytest.mark.parametrize("framework", ["megatron", "primus", "nemo", "torchtitan", "megatron_deepspeed"])
 def test_dry_run_saves_command_environment_and_files(tmp_path, framework):
-    out = run_inprocess(tmp_path, [f"framework={framework}", *GPU])
+    no_rope_scaling = ["model.rope_scaling_factor=null"] if framework == "megatron_deepspeed" else []
+    out = run_inprocess(tmp_path, [f"framework={framework}", *GPU, *no_rope_scaling])
     assert out.status == "dry_run"
     config = out.result["plan"]["backend_config"]
     command = json.loads((tmp_path / "launch" / "command.json").read_text())
@@ -81,6 +83,7 @@ def test_megatron_command_sets_every_hyperparameter():
 def test_megatron_deepspeed_command_sets_every_hyperparameter():
     """Flag names from Megatron-DeepSpeed's megatron/arguments.py and DeepSpeed's own --deepspeed_config."""
     spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "model.rope_scaling_factor=null",
                             "parallelism.tp=2", "training.activation_checkpointing=full"])
     launch = backends.load("megatron_deepspeed").launch(spec, plan, Path("/run/launch"))
     flags = flag_values(launch.argv)
@@ -117,6 +120,7 @@ def test_deepspeed_accepts_the_generated_engine_config():
 
     for layout in (["platform.devices_per_node=1"], ["parallelism.tp=8"]):  # dp = 1: DeepSpeed's world of one
         spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                                "model.rope_scaling_factor=null",
                                 "training.micro_batch_size=2", *layout])
         ds = DeepSpeedConfig(deepspeed_config(spec, plan))
         assert (ds.train_batch_size, ds.train_micro_batch_size_per_gpu, ds.gradient_accumulation_steps) == \
@@ -159,6 +163,7 @@ def test_the_synthetic_dataset_is_megatron_indexed_data(tmp_path):
 ])
 def test_megatron_deepspeed_refuses_what_it_cannot_express(overrides, rule):
     spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "model.rope_scaling_factor=null",
                             *overrides])
     assert any(rule in problem for problem in backends.load("megatron_deepspeed").check(spec, plan))
 
@@ -166,7 +171,7 @@ def test_megatron_deepspeed_refuses_what_it_cannot_express(overrides, rule):
 def test_primus_experiment_states_every_override():
     spec, plan = spec_plan(["framework=primus", *GPU[:3], "training.optimizer.lr=0.0003"])
     launch = backends.load("primus").launch(spec, plan, Path("/runs/x/launch"))
-    exp = json.loads(launch.files["experiment.yaml"])
+    exp = yaml.safe_load(launch.files["experiment.yaml"])
     module = exp["modules"]["pre_trainer"]
     assert module["framework"] == "megatron" and module["model"] == "llama3.1_8B.yaml"
     over = module["overrides"]
@@ -178,9 +183,23 @@ def test_primus_experiment_states_every_override():
     assert launch.argv == ["bash", "examples/run_pretrain.sh"]
 
 
+def test_primus_reads_every_float_as_a_float():
+    """Primus loads the experiment with PyYAML's SafeLoader (YAML 1.1: primus/core/config/yaml_loader.py, v26.5.1),
+    which reads JSON's 1e-05 as the string '1e-05' (a float needs a dot there): min_lr and adam_eps reached
+    Megatron-LM as str. Every float the spec sets comes back from that loader a float, equal to the spec's."""
+    assert yaml.safe_load("x: 1e-05")["x"] == "1e-05"  # the loader's own rule, the cause
+    spec, plan = spec_plan(["framework=primus", "platform=amd", "platform.gpu=mi300x", "model=qwen"])
+    over = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])[
+        "modules"]["pre_trainer"]["overrides"]
+    expected = {"min_lr": spec.training.optimizer.min_lr, "adam_eps": spec.training.optimizer.eps,
+                "norm_epsilon": spec.model.rms_norm_eps, "lr": spec.training.optimizer.lr}
+    assert {k: over[k] for k in expected} == expected
+    assert all(isinstance(over[k], float) for k in expected), {k: type(over[k]) for k in expected}
+
+
 def test_primus_fp8_is_its_own_key():
     spec, plan = spec_plan(["framework=primus", *GPU[:3], "training.precision=fp8", "model=mistral"])
-    module = json.loads(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])["modules"]
+    module = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])["modules"]
     over = module["pre_trainer"]["overrides"]
     assert over["fp8"] == "hybrid" and "fp8_format" not in over and over["bf16"] is True
     assert module["pre_trainer"]["model"] == "llama3_8B.yaml" and over["vocab_size"] == spec.model.vocab_size
@@ -440,6 +459,7 @@ def megatron_deepspeed_lines(steps: int) -> str:
 def test_megatron_deepspeed_run_writes_its_dataset_streams_and_audits(tmp_path, monkeypatch):
     backend = backends.load("megatron_deepspeed")
     spec, plan = spec_plan(["framework=megatron_deepspeed", "platform=amd", "platform.gpu=mi300x", "model=llama",
+                            "model.rope_scaling_factor=null",
                             "training.micro_batch_size=2", "training.optimizer.lr=3e-4", "benchmark.warmup_steps=2"])
     replay(backend, monkeypatch, ARGS_DUMP.format(lr="0.0003") + megatron_deepspeed_lines(12))
     records = []

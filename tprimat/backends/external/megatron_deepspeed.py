@@ -54,6 +54,9 @@ def settings(spec: TprimatConf, plan: Plan, launch_dir: Path) -> dict:
         "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1, "make_vocab_size_divisible_by": 128,
         "seed": tr.seed, "log_interval": 1, "eval_iters": 0, "eval_interval": tr.max_steps + 1,
         "distributed_backend": "nccl", "deepspeed": True, "zero_stage": par.zero_stage,
+        # its layers refuse gradient_accumulation_fusion (the default) without apex's fused_weight_gradient_mlp_cuda,
+        # and its backward never calls that kernel (commented out in megatron/core/tensor_parallel/layers.py): off
+        "no_gradient_accumulation_fusion": True,
     }
 
 
@@ -86,6 +89,11 @@ class MegatronDeepSpeedBackend(ExternalBackend):
         if spec.model.qkv_bias:
             problems.append(f"model.qkv_bias=true (model.name={spec.model.name}): Megatron-DeepSpeed's linear biases "
                             "are all or none (--disable-bias-linear), it has no QKV-only bias; train this model with "
+                            "framework=megatron, primus or nemo")
+        if spec.model.rope_scaling_factor:
+            problems.append(f"model.rope_scaling_factor={spec.model.rope_scaling_factor} (model.name="
+                            f"{spec.model.name}): Megatron-DeepSpeed has no RoPE scaling argument, it would train "
+                            "unscaled RoPE; set model.rope_scaling_factor=null to train that (the same FLOPs), or use "
                             "framework=megatron, primus or nemo")
         if spec.parallelism.fsdp:
             problems.append("parallelism.fsdp=true: framework=megatron_deepspeed shards with parallelism.zero_stage")

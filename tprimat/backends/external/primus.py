@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import yaml
 
 from tprimat.backends.external.base import ExternalBackend, Launch, rendezvous_env
 from tprimat.backends.external.megatron import megatron_settings
@@ -48,9 +49,15 @@ class PrimusBackend(ExternalBackend):
         env = {"EXP": str(launch_dir / "experiment.yaml"), "NNODES": str(spec.platform.nodes),
                "NODE_RANK": rdv["NODE_RANK"], "GPUS_PER_NODE": str(spec.platform.devices_per_node),
                "MASTER_ADDR": rdv["MASTER_ADDR"], "MASTER_PORT": rdv["MASTER_PORT"]}
-        # JSON is YAML: the experiment file is written as JSON so that no value is re-interpreted.
         return Launch(["bash", "examples/run_pretrain.sh", *spec.framework.extra_args], env=env, cwd=str(root),
-                      files={"experiment.yaml": json.dumps(exp, indent=2) + "\n"})
+                      files={"experiment.yaml": experiment_yaml(exp)})
+
+
+def experiment_yaml(exp: dict) -> str:
+    """YAML as Primus's loader (PyYAML's SafeLoader, YAML 1.1) reads it back: PyYAML's own dumper writes 1e-05 as
+    1.0e-05. JSON's 1e-05 has no dot, which YAML 1.1 resolves as a string: Primus then handed min_lr and adam_eps
+    to Megatron-LM as str and its validate_args failed (found by bench/rehearse.py)."""
+    return yaml.safe_dump(exp, sort_keys=False, default_flow_style=False)
 
 
 BACKEND = PrimusBackend()
