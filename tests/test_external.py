@@ -229,13 +229,15 @@ def test_nemo_bridge_mistral_on_the_llama3_recipe_with_mistral_dimensions():
     script = backends.load("nemo").launch(spec, plan, Path("l")).files["nemo_pretrain.py"]
     tree = ast.parse(script)
     assigned = {getattr(n.targets[0], "id", ""): n.value for n in tree.body if isinstance(n, ast.Assign)}
-    values, architecture = ast.literal_eval(assigned["V"]), ast.literal_eval(assigned["ARCHITECTURE"])
+    values, settings = ast.literal_eval(assigned["V"]), ast.literal_eval(assigned["SETTINGS"])
+    set_on = {where for _, where, _, _ in settings}
     assert "from megatron.bridge.recipes.llama import llama3_8b_pretrain_config as recipe_fn" in script
     assert {k: values[k] for k in ("vocab_size", "rotary_base", "share_embeddings_and_output_weights")} == {
         "vocab_size": spec.model.vocab_size, "rotary_base": int(spec.model.rope_theta),
         "share_embeddings_and_output_weights": False}
-    assert {"vocab_size", "kv_channels", "layernorm_epsilon", "add_qkv_bias"} <= set(architecture)
-    assert 'cfg.dataset.seq_length = V["seq_length"]' in script and "bf16_with_fp8_delayed_scaling_mixed" in script
+    assert {"model.vocab_size", "model.kv_channels", "model.layernorm_epsilon", "model.add_qkv_bias",
+            "dataset.seq_length"} <= set_on
+    assert ast.literal_eval(assigned["PRECISION"]) == "bf16_with_fp8_delayed_scaling_mixed"
 
 
 def test_torchtitan_toml_overrides():
