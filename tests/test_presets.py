@@ -30,15 +30,17 @@ def sweep(tmp_path, *overrides, code=0):
     ("seed_70b_proxy_fsdp", 4, {("native", "llama70b_proxy")}),
 ])
 def test_every_preset_plans_its_matrix_on_a_cpu(tmp_path, preset, points, keys):
-    # Megatron-DeepSpeed cannot express Qwen's QKV-only bias: the dry run refuses that point by name, as the launch
-    # does, and the sweep exits 1 (one bad point never stops the others)
+    # Megatron-DeepSpeed cannot express Qwen's QKV-only bias nor Llama 3.1's RoPE scaling: the dry run refuses those
+    # points by name, as the launch does, and the sweep exits 1 (one bad point never stops the others)
     results = sweep(tmp_path, f"experiment={preset}", code=1 if preset == "amd_all" else 0)
     assert len(results) == points
     assert keys <= {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]) for r in results}
     refused = {(r["spec"]["framework"]["name"], r["spec"]["model"]["name"]): r["error"] for r in results
                if r["status"] != "dry_run"}
     if preset == "amd_all":
-        assert list(refused) == [("megatron_deepspeed", "qwen")] and "qkv_bias" in refused[("megatron_deepspeed", "qwen")]
+        assert sorted(refused) == [("megatron_deepspeed", "llama"), ("megatron_deepspeed", "qwen")]
+        assert "qkv_bias" in refused[("megatron_deepspeed", "qwen")]
+        assert "model.rope_scaling_factor" in refused[("megatron_deepspeed", "llama")]  # no RoPE scaling there
     else:
         assert refused == {}
     if preset.startswith("seed_gpt2"):
