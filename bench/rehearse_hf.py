@@ -9,33 +9,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+# huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
+LLAMA31_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
+    "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001,
+    "initializer_range": 0.02}
 CONFIGS = {
-    # huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
-    "meta-llama/Meta-Llama-3.1-8B": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-        "rope_scaling": LLAMA31_ROPE, "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu",
-        "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 128000,
-        "eos_token_id": 128001, "initializer_range": 0.02},
-    # huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json
-    "meta-llama/Meta-Llama-3.1-70B": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
-        "intermediate_size": 28672, "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8,
-        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-        "rope_scaling": LLAMA31_ROPE, "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu",
-        "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 128000,
-        "eos_token_id": 128001, "initializer_range": 0.02},
-    # huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
-    "meta-llama/Meta-Llama-3-8B": {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-        "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": None,
-        "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
-        "mlp_bias": False, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001,
-        "initializer_range": 0.02},
+    "meta-llama/Meta-Llama-3.1-8B": LLAMA31_8B,
+    # huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json: the 8B's but for these
+    "meta-llama/Meta-Llama-3.1-70B": {**LLAMA31_8B, "hidden_size": 8192, "intermediate_size": 28672,
+                                      "num_attention_heads": 64, "num_hidden_layers": 80},
+    # huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json: Llama 3.1 8B's but for these
+    "meta-llama/Meta-Llama-3-8B": {**LLAMA31_8B, "max_position_embeddings": 8192, "rope_scaling": None},
     # huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
     "Qwen/Qwen2.5-7B": {
         "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import os
 import runpy
 import sys
 import types
+from pathlib import Path
 
 PLACEHOLDER = "transformer_engine"
 ALLOWED = ("megatron.bridge",)
@@ -66,9 +68,33 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def settle_library_checks(package: str = "megatron.core") -> int:
+    """Import first every module of ``package`` that asks whether Transformer Engine is installed, so that each asks
+    before a placeholder exists: once one is in ``sys.modules``, Python's import answers from there without asking
+    any finder, and megatron-core's ``import transformer_engine`` would succeed (HAVE_TE true, its TE classes None).
+    A module that cannot import here is left to fail where the framework imports it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return 0
+    root = Path(next(iter(spec.submodule_search_locations)))
+    settled = 0
+    for path in sorted(root.rglob("*.py")):
+        if PLACEHOLDER not in path.read_text(errors="replace"):
+            continue
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))
+        try:
+            importlib.import_module(name)
+            settled += 1
+        except Exception:  # noqa: BLE001, S112 - see the docstring
+            continue
+    return settled
+
+
 def main() -> None:
     """Each argument OUT=SCRIPT: SCRIPT runs with TPRIMAT_REHEARSE=OUT, one after another in this process (the
     framework imported once); a script that stops before writing OUT (a refused setting) gets its reason there."""
+    settle_library_checks()
     sys.meta_path.append(Finder())  # after the real finders: an installed Transformer Engine is used as it is
     for pair in sys.argv[1:]:
         out, _, script = pair.partition("=")
