@@ -1,164 +1,259 @@
 """Rehearse the external frameworks with their own code on CPU (docs/frameworks.md, "Rehearsed with their own
-code"): each framework's pinned release in its own virtual environment (built, or reused, under ``.rehearse/``,
-ignored by git), each point's launch written by tprimat exactly as a launch writes it (``dry_run=true``), then run
-by that framework's own Python with ``TPRIMAT_REHEARSE`` set: the generated script sets everything, the framework
-finalises its configuration (Megatron-Bridge's ``runtime_config_update``; NeMo 2's Fiddle build of the model,
-strategy, optimizer, data and precision plugin), every setting is read back from the framework's own objects,
-the framework's own model is built on the meta device and its parameters counted, and the script stops before
-training.
+code"). Each framework's pinned release runs in its own virtual environment (built, or reused, under
+``.rehearse/envs/``, ignored by git) or, where the project's own environment already pins it, in that one. Each
+point's launch is written by tprimat exactly as a launch writes it (``dry_run=true``), then handed to the
+framework's own code up to the point where it holds its whole configuration:
 
-    python bench/rehearse.py                        # every framework it rehearses, every point
-    python bench/rehearse.py --framework bridge --models llama --platforms h100
+- NeMo 2 and Megatron-Bridge: the generated script with ``TPRIMAT_REHEARSE`` set (``bench/rehearse_runner.py``):
+  the framework's finalisation (Bridge's ``runtime_config_update``; NeMo 2's Fiddle build), every setting read back
+  from its objects, its model built on the meta device and counted;
+- Megatron-LM and Megatron-DeepSpeed: their own ``parse_args`` and ``validate_args`` over the command line
+  (``bench/rehearse_argv.py``), every flag's value read back from the validated namespace under the parser's own
+  destination name; Megatron-LM's model built on the meta device where the layout is one rank.
 
-For each point it prints the settings that differ (spec's value, the framework's, where it was read) and the
-parameter count beside tprimat's plan; the last lines are ``frameworks_rehearsed=<n>`` and
-``rehearsal_settings_equal=<equal>/<set>``. A point tprimat refuses before launch is listed with its reason.
+    python bench/rehearse.py --megatron-lm <Megatron-LM git dir> --megatron-deepspeed <Megatron-DeepSpeed git dir>
+    python bench/rehearse.py --framework bridge --models qwen --platforms h100
+
+Frameworks whose sources are not given are listed as not rehearsed, with the flag that would. For each point it
+prints the settings that differ (tprimat's value, the framework's, where it was read) and the parameter count
+beside tprimat's plan; the last lines are ``frameworks_rehearsed=<n>`` and ``rehearsal_settings_equal=<e>/<set>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import venv
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.rehearse_hf import write_cache  # noqa: E402
+from scripts.device_kit import MEGATRON_TAG, export_megatron  # noqa: E402
 
 HOME = ROOT / ".rehearse"
-RUNNER = ROOT / "bench" / "rehearse_runner.py"
-# name -> (framework flavour overrides, pip installs in order (each a pip argument list), platforms, what it is).
-# Transformer Engine, apex, mamba and NVIDIA's CUDA-only packages are left out: they build for one CUDA; the
-# generated scripts run local layers where the image has no Transformer Engine (as they do on a GPU without it).
-ENVS = {
-    "nemo2": (["framework=nemo", "framework.flavour=nemo2"],
-              [["torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1",
-                # nemo_run 0.11.1 imports leptonai.api.v1 (gone in leptonai 0.47); pyarrow 20+ needs NumPy 2 and
-                # NeMo's nlp extra pins numpy<2
-                "leptonai==0.26.6", "pyarrow<20"]],
-              ("h100", "h200", "b200"), "NeMo 2 (nemo_toolkit 2.7.3, the last release with nemo.collections.llm)"),
-    "bridge": (["framework=nemo", "framework.flavour=bridge"],
-               [["torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate",
-                 "omegaconf>=2.3", "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm",
-                 "hydra-core==1.3.2", "einops", "packaging", "triton==3.9.0", "megatron-energon"],
-                ["--no-deps", "megatron-bridge==0.3.1"]],
-               ("h100", "h200", "b200"), "Megatron-Bridge 0.3.1 (NeMo Framework 26.02; the newest for Python 3.11)"),
-}
+NVIDIA = ("h100", "h200", "b200")
+PLATFORM = {"h100": "nvidia", "h200": "nvidia", "b200": "nvidia", "mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}
 MODELS = ("llama", "qwen", "mistral", "llama70b")
 METHODOLOGIES = ("maximum_performance", "identical_config")
-PLATFORMS = {"h100": "nvidia", "h200": "nvidia", "b200": "nvidia", "mi300x": "amd", "mi325x": "amd",
-             "mi355x": "amd"}
+# The compute capability's major version each GPU reports (NVIDIA's CUDA GPUs table: H100 and H200 9.0, B200 10.0),
+# which Megatron-LM's validate_args asks (get_device_arch_version) with tp or cp above 1 or Megatron FSDP
+ARCH = {"h100": 9, "h200": 9, "b200": 10}
+MEGATRON_DEEPSPEED_COMMIT = "4efb479d5317ce9b86096b9d8e3e8030b0b5263b"  # its master of 2025-07-16: it has no tags
 
 
-def build_env(name: str, log) -> Path:
-    """The framework's virtual environment, reused while its install lists are unchanged (a stamp holds them)."""
+@dataclass(frozen=True)
+class Framework:
+    what: str
+    overrides: tuple[str, ...]
+    platforms: tuple[str, ...]
+    kind: str  # "script": a generated script and the runner; "argv": the framework's own argument parser
+    installs: Optional[tuple[tuple[str, ...], ...]] = None  # pip argument lists; None: the project's environment
+    source: Optional[str] = None  # the flag that names its git directory
+    arguments: str = ""  # its arguments module (argv kind)
+
+
+# Transformer Engine, apex, mamba and NVIDIA's CUDA-only packages are left out everywhere: they build for one CUDA;
+# the generated scripts use local layers where the image has no Transformer Engine (as on a GPU without it).
+FRAMEWORKS = {
+    "nemo2": Framework(
+        "NeMo 2 (nemo_toolkit 2.7.3, the last release with nemo.collections.llm)",
+        ("framework=nemo", "framework.flavour=nemo2"), NVIDIA, "script",
+        # nemo_run 0.11.1 imports leptonai.api.v1 (gone in leptonai 0.47); pyarrow 20+ needs NumPy 2, NeMo pins < 2
+        ((("torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1", "leptonai==0.26.6", "pyarrow<20")),)),
+    "bridge": Framework(
+        "Megatron-Bridge 0.3.1 (NeMo Framework 26.02; the newest release for Python 3.11)",
+        ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",
+        (("torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate", "omegaconf>=2.3",
+          "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
+          "packaging", "triton==3.9.0", "megatron-energon"),
+         ("--no-deps", "megatron-bridge==0.3.1"))),
+    "megatron": Framework(
+        f"Megatron-LM {MEGATRON_TAG} (the release of the project's megatron-core 0.16.1)",
+        ("framework=megatron",), NVIDIA, "argv",
+        # the wheels of the device kit (scripts/device_kit.py) that Megatron-LM's training package imports
+        (("torch==2.13.0", "megatron-core==0.16.1", "einops==0.8.2", "six==1.17.0", "packaging", "numpy", "pyyaml",
+          "regex", "triton==3.9.0", "pydantic"),),
+        "--megatron-lm", "megatron.training.arguments"),
+    "megatron_deepspeed": Framework(
+        f"Megatron-DeepSpeed {MEGATRON_DEEPSPEED_COMMIT[:12]} with DeepSpeed 0.19.6 (0.19.7 removed "
+        "deepspeed.compression.compress, which its pretrain_gpt.py imports)",
+        ("framework=megatron_deepspeed",), ("h100", "mi300x"), "argv",
+        (("torch==2.13.0", "deepspeed==0.19.6", "numpy", "packaging", "six", "regex", "einops", "pybind11",
+          "transformers<5"),),
+        "--megatron-deepspeed", "megatron.arguments"),
+}
+
+
+def python_of(name: str, log) -> Path:
+    """The framework's interpreter: its own environment, reused while its install lists are unchanged (a stamp
+    holds them), or the project's."""
+    installs = FRAMEWORKS[name].installs
+    if installs is None:
+        return Path(sys.executable)
     env = HOME / "envs" / name
     stamp = env / "tprimat-installs.json"
-    installs = ENVS[name][1]
-    if stamp.exists() and json.loads(stamp.read_text()) == installs:
-        return env
+    wanted = [list(args) for args in installs]
+    if stamp.exists() and json.loads(stamp.read_text()) == wanted:
+        return env / "bin" / "python"
     started = time.monotonic()
     venv.create(env, with_pip=True, clear=True)
-    for args in installs:
+    for args in wanted:
         proc = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *args],
                               capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
             raise SystemExit(f"rehearse: pip install {' '.join(args)} for {name} failed:\n{proc.stderr[-3000:]}")
-    stamp.write_text(json.dumps(installs))
+    stamp.write_text(json.dumps(wanted))
     log(f"{name}: environment built in {time.monotonic() - started:.0f} s ({env.relative_to(ROOT)})")
-    return env
+    return env / "bin" / "python"
 
 
-def points(name: str, models, platforms) -> list[dict]:
-    """Every point's launch, as tprimat writes it (dry_run): the script, the plan's parameter count, or tprimat's
-    refusal before launch."""
+def export_source(name: str, repo: Path) -> Path:
+    """The framework's sources at its pinned release (``git archive`` of a clone or mirror), under .rehearse/src."""
+    dest = HOME / "src" / name
+    marker = dest / ".tprimat-commit"
+    if name == "megatron":
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(export_megatron(repo, dest))
+        return dest
+    if not marker.exists() or marker.read_text() != MEGATRON_DEEPSPEED_COMMIT:
+        archive = subprocess.run(["git", "--git-dir", str(repo), "archive", "--format=tar", MEGATRON_DEEPSPEED_COMMIT],
+                                 check=True, capture_output=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+        marker.write_text(MEGATRON_DEEPSPEED_COMMIT)
+    return dest
+
+
+def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
+    """Every point's launch, as tprimat writes it (dry_run), with the plan's parameter count, or tprimat's refusal
+    before launch."""
     from tprimat.compose import compose
     from tprimat.execute.run import execute
-    out = []
+    fw, out = FRAMEWORKS[name], []
     for model in models:
         for methodology in METHODOLOGIES:
             for gpu in platforms:
-                overrides = [f"platform={PLATFORMS[gpu]}", f"platform.gpu={gpu}", f"model={model}",
-                             f"methodology={methodology}", *ENVS[name][0], "dry_run=true",
-                             "logging.wandb.mode=disabled"]
+                overrides = [f"platform={PLATFORM[gpu]}", f"platform.gpu={gpu}", f"model={model}",
+                             f"methodology={methodology}", *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
+                             *([f"framework.path={source}"] if source else [])]
                 run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))
                 result = execute(compose(overrides), run_dir, overrides).result
                 point = {"point": f"{model} {methodology} {gpu}", "status": result["status"],
-                         "reason": result.get("error") or result.get("reason")}
+                         "reason": result.get("error") or result.get("reason"), "out": str(run_dir / "rehearsal.json")}
                 if result["status"] == "dry_run":
-                    point.update(script=str(run_dir / "launch" / "nemo_pretrain.py"),
-                                 params=result["plan"]["params_total"], out=str(run_dir / "rehearsal.json"))
+                    plan = result["plan"]
+                    point.update(params=plan["params_total"], world_size=plan["world_size"])
+                    if fw.kind == "script":
+                        point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
+                    else:
+                        argv = plan["backend_config"]["argv"]
+                        point.update(env=plan["backend_config"]["env"], arch=ARCH.get(gpu))
+                        point["argv"] = argv[next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py")) + 1:]
                 out.append(point)
     return out
+
+
+def run_point(name: str, python: Path, point: dict, source: Optional[Path]) -> str:
+    """One process a point: the frameworks read the world size from a process group once one exists."""
+    fw = FRAMEWORKS[name]
+    env = {**os.environ, "HF_HOME": str(write_cache(HOME / "hf")), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "WANDB_MODE": "disabled"}
+    if fw.kind == "script":
+        argv = [str(python), str(ROOT / "bench" / "rehearse_runner.py"), f"{point['out']}={point['script']}"]
+    else:
+        spec = Path(point["out"]).with_suffix(".points.json")
+        spec.write_text(json.dumps([point]))
+        argv = [str(python), str(ROOT / "bench" / "rehearse_argv.py"), fw.arguments, str(spec), point["out"] + ".list"]
+        env["PYTHONPATH"] = str(source)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, cwd=source or tempfile.mkdtemp())
+    listed = Path(point["out"] + ".list")
+    if listed.exists():
+        Path(point["out"]).write_text(json.dumps(json.loads(listed.read_text())[0]))
+    return proc.stderr
 
 
 def same(spec, framework) -> bool:
     if isinstance(spec, float) and isinstance(framework, (int, float)) and not isinstance(framework, bool):
         return math.isclose(spec, framework, rel_tol=1e-9)
-    return type(spec) is type(framework) and spec == framework or (spec is None and framework is None)
+    return type(spec) is type(framework) and spec == framework
 
 
-def rehearse(name: str, models, platforms, log) -> dict:
-    env = build_env(name, log)
-    todo = points(name, models, platforms)
-    runnable = [p for p in todo if "script" in p]
-    environment = {**os.environ, "HF_HOME": str(write_cache(HOME / "hf")), "HF_HUB_OFFLINE": "1",
-                   "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    started = time.monotonic()
-    for p in runnable:  # a process each: the framework reads the world size from the process group once it exists
-        p["stderr"] = subprocess.run([str(env / "bin" / "python"), str(RUNNER), f"{p['out']}={p['script']}"],
-                                     capture_output=True, text=True, timeout=900, env=environment,
-                                     cwd=tempfile.mkdtemp()).stderr
-    log(f"{name}: {len(runnable)} point(s) rehearsed in {time.monotonic() - started:.0f} s")
-    equal = total = 0
-    version = None
+def report(name: str, todo: list[dict], log) -> dict:
+    equal = total = params_equal = built = 0
     for point in todo:
-        if "script" not in point:
-            log(f"  {point['point']}: refused before launch ({point['status']}): {point['reason']}")
+        if point["status"] != "dry_run":
+            log(f"  {point['point']}: refused before launch ({point['status']}): {point['reason'][:300]}")
             continue
         if not Path(point["out"]).exists():
             log(f"  {point['point']}: no record; the framework's output ends:\n{point['stderr'][-2000:]}")
             total += 1
             continue
         record = json.loads(Path(point["out"]).read_text())
-        version = record["framework"] or version
         rows = record["settings"]
         differ = [r for r in rows if not same(r["spec"], r["framework"])]
         equal += len(rows) - len(differ)
         total += len(rows) or 1
         params = record["params"]
-        count = ("parameters equal" if params == point["params"] else
-                 f"parameters {params:,} against the plan's {point['params']:,}" if params else "parameters not built")
+        built += params is not None
+        params_equal += params == point["params"]
+        count = ("parameters equal" if params == point["params"] else "parameters not built" if params is None else
+                 f"parameters {params:,} against the plan's {point['params']:,}")
         log(f"  {point['point']}: {len(rows) - len(differ)}/{len(rows)} settings equal, {count}"
             + (f"; {record['error']}" if record["error"] else ""))
         for r in differ:
-            log(f"    differs: {r['key']} spec {r['spec']!r}, framework {r['framework']!r} ({r['where']})")
-    return {"framework": name, "version": version, "equal": equal, "set": total,
+            log(f"    differs: {r['key']} tprimat {r['spec']!r}, framework {r['framework']!r} ({r['where']})")
+    return {"framework": name, "equal": equal, "set": total, "params_built": built, "params_equal": params_equal,
             "rehearsed": equal > 0}
+
+
+def rehearse(name: str, models, platforms, source_repo: Optional[Path], log) -> dict:
+    source = export_source(name, source_repo) if source_repo else None
+    python = python_of(name, log)
+    todo = points(name, models, platforms, source)
+    started = time.monotonic()
+    for point in todo:
+        if point["status"] == "dry_run":
+            point["stderr"] = run_point(name, python, point, source)
+    log(f"{name}: {sum(p['status'] == 'dry_run' for p in todo)} point(s) rehearsed in "
+        f"{time.monotonic() - started:.0f} s")
+    return report(name, todo, log)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--framework", action="append", choices=sorted(ENVS), help="repeatable; all by default")
+    parser.add_argument("--framework", action="append", choices=sorted(FRAMEWORKS), help="repeatable; all by default")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--platforms", nargs="+", default=None, help="GPUs (default: each framework's)")
+    parser.add_argument("--megatron-lm", type=Path, help="a Megatron-LM git directory (clone or mirror)")
+    parser.add_argument("--megatron-deepspeed", type=Path, help="a Megatron-DeepSpeed git directory")
     parser.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
     done = []
-    for name in args.framework or list(ENVS):
-        print(f"== {name}: {ENVS[name][3]}", flush=True)
-        platforms = [g for g in (args.platforms or ENVS[name][2]) if g in ENVS[name][2]]
-        done.append(rehearse(name, args.models, platforms, lambda line: print(line, flush=True)))
+    for name in args.framework or list(FRAMEWORKS):
+        fw = FRAMEWORKS[name]
+        print(f"== {name}: {fw.what}", flush=True)
+        repo = getattr(args, fw.source.lstrip("-").replace("-", "_")) if fw.source else None
+        if fw.source and repo is None:
+            print(f"{name}: not rehearsed: needs {fw.source} <its git directory>", flush=True)
+            continue
+        platforms = [g for g in (args.platforms or fw.platforms) if g in fw.platforms]
+        done.append(rehearse(name, args.models, platforms, repo, lambda line: print(line, flush=True)))
     if args.out:
         args.out.write_text(json.dumps(done, indent=1) + "\n")
     equal, total = sum(d["equal"] for d in done), sum(d["set"] for d in done)
+    print(f"rehearsal_params_equal={sum(d['params_equal'] for d in done)}/{sum(d['params_built'] for d in done)}")
     print(f"frameworks_rehearsed={sum(d['rehearsed'] for d in done)}")
     print(f"rehearsal_settings_equal={equal}/{total}")
     return 0 if equal == total else 1

@@ -1,0 +1,131 @@
+"""Megatron-LM's or Megatron-DeepSpeed's own ``parse_args`` and ``validate_args``, as their ``pretrain_gpt.py``
+runs them, over each point's command line (bench/rehearse.py; run by the framework's Python, its sources first
+on the path): ``python rehearse_argv.py ARGUMENTS_MODULE POINTS.json OUT.json``.
+
+Every flag tprimat passes is looked up in the framework's own parser (an unknown flag fails there, as it would at
+launch), its value converted by the parser's own type (``store_true``/``store_false`` flags give True/False under
+the argument's own destination name, ``--disable-bias-linear`` -> ``add_bias_linear``), and compared with what the
+argument namespace holds after ``validate_args``. The launch's own environment (``CUDA_DEVICE_MAX_CONNECTIONS``)
+is set as the launch sets it. Where ``validate_args`` asks the GPU's architecture (tp or cp above 1, Megatron
+FSDP: ``get_device_arch_version``) it gets the target GPU's compute capability, as that GPU would answer; any
+other question to the GPU stops the check there (every check before it passed), and that is recorded.
+Megatron-LM's model is built by its own ``gpt_builder`` on the meta device, as one rank."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+ARGS_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}  # what both pretrain_gpt.py pass to pretrain()
+GPU_STOPS = ("get_device_arch_version", "is_torch_min_version_with_cuda", "_get_cuda_capability")
+
+
+def capture_parser():
+    """The framework builds its parser inside parse_args: keep the instance whose parse_args it calls."""
+    seen = []
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_args(self, *a, **k):
+        seen.append(self)
+        return original(self, *a, **k)
+
+    argparse.ArgumentParser.parse_args = parse_args
+    return seen
+
+
+def expected(parser, argv):
+    """{flag: (dest, value the framework's parser makes of tprimat's string)} for every flag in argv."""
+    out, i = {}, 0
+    while i < len(argv):
+        flag = argv[i]
+        action = parser._option_string_actions[flag]
+        if action.nargs == 0:
+            out[flag] = (action.dest, action.const)
+            i += 1
+            continue
+        values = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(action.type(argv[i]) if callable(action.type) else argv[i])
+            i += 1
+        out[flag] = (action.dest, values[0] if action.nargs in (None, "?") else values)
+    return out
+
+
+def meta_params(args) -> int | None:
+    """Megatron-LM's own gpt_builder over the validated arguments, on the meta device, one rank."""
+    import torch
+    import torch.distributed as dist
+    try:
+        from gpt_builders import gpt_builder
+    except ImportError:
+        return None
+    from megatron.core import parallel_state
+    from megatron.training.global_vars import set_global_variables
+    args = copy.copy(args)  # the whole model: its parameter count does not depend on the layout
+    args.tensor_model_parallel_size = args.pipeline_model_parallel_size = args.context_parallel_size = 1
+    args.sequence_parallel = args.use_megatron_fsdp = False
+    # no Transformer Engine or apex here: local layers without their fusions, as the device kit's runs (the count
+    # of parameters is the same)
+    args.transformer_impl = "local"
+    args.apply_rope_fusion = args.gradient_accumulation_fusion = args.masked_softmax_fusion = False
+    args.bias_dropout_fusion, args.no_persist_layer_norm = False, True
+    args.use_cpu_initialization = True
+    set_global_variables(args, build_tokenizer=True)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
+        parallel_state.initialize_model_parallel()
+    with torch.device("meta"):
+        model = gpt_builder(args, True, True)
+    return sum(p.numel() for p in model.parameters())
+
+
+def rehearse(module, point) -> dict:
+    os.environ.update(point["env"], WORLD_SIZE=str(point["world_size"]), RANK="0", LOCAL_RANK="0")
+    if point.get("arch") and hasattr(module, "get_device_arch_version"):
+        module.get_device_arch_version = lambda: point["arch"]  # the target GPU's, as the device would answer
+    sys.argv = ["pretrain_gpt.py", *point["argv"]]
+    parsers = capture_parser()
+    record = {"settings": [], "params": None, "error": None}
+    try:
+        args = module.parse_args()
+    except SystemExit as stop:  # argparse's refusal (an unknown flag, a bad value): the finding
+        record["error"] = f"parse_args refused the command line (exit {stop.code})"
+        return record
+    try:
+        module.validate_args(args, dict(ARGS_DEFAULTS))
+    except BaseException as exc:  # noqa: BLE001 - the framework's own refusal is the finding
+        frames = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+        asks_gpu = any(stop in frames for stop in GPU_STOPS)
+        record["error"] = ("validate_args asks the GPU (the checks before it passed)" if asks_gpu
+                           else f"validate_args: {type(exc).__name__}: {exc}")
+    for flag, (dest, value) in expected(parsers[-1], point["argv"]).items():
+        got = getattr(args, dest, "<absent>")
+        plain = isinstance(got, (bool, int, float, str, type(None))) or (
+            isinstance(got, list) and all(isinstance(v, (int, float, str)) for v in got))
+        record["settings"].append({"key": flag, "where": f"args.{dest}", "spec": value,
+                                   "framework": got if plain else str(got)})
+    if record["error"] is None:
+        try:
+            record["params"] = meta_params(args)
+        except Exception as exc:  # noqa: BLE001
+            record["error"] = f"model build: {type(exc).__name__}: {exc}"
+    return record
+
+
+def main() -> None:
+    name, points_file, out = sys.argv[1:4]  # read before each point sets sys.argv to its command line
+    module = importlib.import_module(name)
+    records = [rehearse(module, point) for point in json.load(open(points_file))]
+    with open(out, "w") as f:
+        json.dump(records, f)
+
+
+if __name__ == "__main__":
+    main()
