@@ -61,7 +61,21 @@ class Framework:
     installs: Optional[tuple[tuple[str, ...], ...]] = None  # pip argument lists; None: the project's environment
     source: Optional[str] = None  # the flag that names its git directory
     arguments: str = ""  # its arguments module (argv kind)
+    published: tuple[tuple[str, tuple[str, ...]], ...] = ()  # its published layouts: (label, overrides)
 
+
+# The published Llama 3 70B layouts (docs/planning.md's rows; tests/test_published_layouts.py validates them): each is
+# rehearsed as published, on the GPUs and batch it ran with, beside the default matrix (whose one-node 70B points
+# tprimat refuses before launch: no layout fits eight GPUs)
+NV_70B = ("platform=nvidia", "platform.gpu=h100", "model=llama70b", "platform.devices_per_node=8", "platform.nodes=8",
+          "training.seq_length=8192", "training.micro_batch_size=1", "training.precision=fp8",
+          "training.grad_reduce_in_fp32=false", "parallelism.zero_stage=1", "parallelism.fsdp=false",
+          "parallelism.sequence_parallel=true", "training.activation_checkpointing=none")
+BRIDGE_70B = ("Megatron-Bridge 26.04 H100 Llama 3 70B FP8 TP4 PP8 VP5, 64 GPUs",
+              (*NV_70B, "training.global_batch_size=256", "parallelism.tp=4", "parallelism.pp=8", "parallelism.vp=5"))
+NEMO_70B = ("NeMo 24.07 H100 Llama 3 70B FP8 TP4 PP4 CP2 VP5, 64 GPUs",
+            (*NV_70B, "training.global_batch_size=128", "parallelism.tp=4", "parallelism.pp=4", "parallelism.cp=2",
+             "parallelism.vp=5"))
 
 # Transformer Engine, apex, mamba and NVIDIA's CUDA-only packages are left out everywhere: they build for one CUDA;
 # the generated scripts use local layers where the image has no Transformer Engine (as on a GPU without it).
@@ -70,21 +84,22 @@ FRAMEWORKS = {
         "NeMo 2 (nemo_toolkit 2.7.3, the last release with nemo.collections.llm)",
         ("framework=nemo", "framework.flavour=nemo2"), NVIDIA, "script",
         # nemo_run 0.11.1 imports leptonai.api.v1 (gone in leptonai 0.47); pyarrow 20+ needs NumPy 2, NeMo pins < 2
-        ((("torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1", "leptonai==0.26.6", "pyarrow<20")),)),
+        ((("torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1", "leptonai==0.26.6", "pyarrow<20")),),
+        published=(NEMO_70B,)),
     "bridge": Framework(
         "Megatron-Bridge 0.3.1 (NeMo Framework 26.02; the newest release for Python 3.11)",
         ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",
         (("torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate", "omegaconf>=2.3",
           "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
           "packaging", "triton==3.9.0", "megatron-energon"),
-         ("--no-deps", "megatron-bridge==0.3.1"))),
+         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,)),
     "megatron": Framework(
         f"Megatron-LM {MEGATRON_TAG} (the release of the project's megatron-core 0.16.1)",
         ("framework=megatron",), NVIDIA, "argv",
         # the wheels of the device kit (scripts/device_kit.py) that Megatron-LM's training package imports
         (("torch==2.13.0", "megatron-core==0.16.1", "einops==0.8.2", "six==1.17.0", "packaging", "numpy", "pyyaml",
           "regex", "triton==3.9.0", "pydantic"),),
-        "--megatron-lm", "megatron.training.arguments"),
+        "--megatron-lm", "megatron.training.arguments", published=(BRIDGE_70B,)),
     "megatron_deepspeed": Framework(
         f"Megatron-DeepSpeed {MEGATRON_DEEPSPEED_COMMIT[:12]} with DeepSpeed 0.19.6 (0.19.7 removed "
         "deepspeed.compression.compress, which its pretrain_gpt.py imports)",
@@ -142,26 +157,28 @@ def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
     from tprimat.compose import compose
     from tprimat.execute.run import execute
     fw, out = FRAMEWORKS[name], []
-    for model in models:
-        for methodology in METHODOLOGIES:
-            for gpu in platforms:
-                overrides = [f"platform={PLATFORM[gpu]}", f"platform.gpu={gpu}", f"model={model}",
-                             f"methodology={methodology}", *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
-                             *([f"framework.path={source}"] if source else [])]
-                run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))
-                result = execute(compose(overrides), run_dir, overrides).result
-                point = {"point": f"{model} {methodology} {gpu}", "status": result["status"],
-                         "reason": result.get("error") or result.get("reason"), "out": str(run_dir / "rehearsal.json")}
-                if result["status"] == "dry_run":
-                    plan = result["plan"]
-                    point.update(params=plan["params_total"], world_size=plan["world_size"])
-                    if fw.kind == "script":
-                        point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
-                    else:
-                        argv = plan["backend_config"]["argv"]
-                        point.update(env=plan["backend_config"]["env"], arch=ARCH.get(gpu))
-                        point["argv"] = argv[next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py")) + 1:]
-                out.append(point)
+    matrix = [(f"{model} {methodology} {gpu}", (f"platform={PLATFORM[gpu]}", f"platform.gpu={gpu}", f"model={model}",
+                                                f"methodology={methodology}"))
+              for model in models for methodology in METHODOLOGIES for gpu in platforms]
+    published = [(label, ("methodology=identical_config", *layout)) for label, layout in fw.published
+                 if "llama70b" in models]
+    for label, chosen in matrix + published:
+        overrides = [*chosen, *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
+                     *([f"framework.path={source}"] if source else [])]
+        run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))
+        result = execute(compose(overrides), run_dir, overrides).result
+        point = {"point": label, "status": result["status"],
+                 "reason": result.get("error") or result.get("reason"), "out": str(run_dir / "rehearsal.json")}
+        if result["status"] == "dry_run":
+            plan = result["plan"]
+            point.update(params=plan["params_total"], world_size=plan["world_size"])
+            if fw.kind == "script":
+                point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
+            else:
+                argv = plan["backend_config"]["argv"]
+                point.update(env=plan["backend_config"]["env"], arch=ARCH.get(result["spec"]["platform"]["gpu"]))
+                point["argv"] = argv[next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py")) + 1:]
+        out.append(point)
     return out
 
 
