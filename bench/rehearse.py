@@ -50,6 +50,7 @@ METHODOLOGIES = ("maximum_performance", "identical_config")
 # which Megatron-LM's validate_args asks (get_device_arch_version) with tp or cp above 1 or Megatron FSDP
 ARCH = {"h100": 9, "h200": 9, "b200": 10}
 MEGATRON_DEEPSPEED_COMMIT = "4efb479d5317ce9b86096b9d8e3e8030b0b5263b"  # its master of 2025-07-16: it has no tags
+PRIMUS_TAG = "v26.5.1"
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Framework:
     what: str
     overrides: tuple[str, ...]
     platforms: tuple[str, ...]
-    kind: str  # "script": a generated script and the runner; "argv": the framework's own argument parser
+    kind: str  # "script": the generated script; "argv": its own argument parser; "primus": its own config path
     installs: Optional[tuple[tuple[str, ...], ...]] = None  # pip argument lists; None: the project's environment
     source: Optional[str] = None  # the flag that names its git directory
     arguments: str = ""  # its arguments module (argv kind)
@@ -107,6 +108,11 @@ FRAMEWORKS = {
         (("torch==2.13.0", "deepspeed==0.19.6", "numpy", "packaging", "six", "regex", "einops", "pybind11",
           "transformers<5"),),
         "--megatron-deepspeed", "megatron.arguments"),
+    "primus": Framework(
+        f"AMD Primus {PRIMUS_TAG} with the Megatron-LM it pins (its third_party/Megatron-LM submodule)",
+        ("framework=primus",), ("mi300x", "mi325x", "mi355x"), "primus",
+        (("torch==2.13.0", "pyyaml", "einops", "six", "regex", "packaging", "numpy", "pydantic", "triton==3.9.0"),),
+        "--primus"),
 }
 
 
@@ -133,25 +139,50 @@ def python_of(name: str, log) -> Path:
     return env / "bin" / "python"
 
 
-def export_source(name: str, repo: Path) -> Path:
-    """The framework's sources at its pinned release (``git archive`` of a clone or mirror), under .rehearse/src."""
-    dest = HOME / "src" / name
-    marker = dest / ".tprimat-commit"
-    if name == "megatron":
-        if not marker.exists():
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(export_megatron(repo, dest))
+def archive(repo: Optional[Path], ref: Optional[str], dest: Path, paths=()) -> Optional[Path]:
+    """``git archive`` of ``paths`` at ``ref`` into ``dest``, once per ref (a marker holds it); without a git
+    directory, an earlier export is reused (``ref`` None: whatever it was exported at)."""
+    marker = dest / ".tprimat-ref"
+    if marker.exists() and (marker.read_text() == ref or (repo is None and ref is None)):
         return dest
-    if not marker.exists() or marker.read_text() != MEGATRON_DEEPSPEED_COMMIT:
-        archive = subprocess.run(["git", "--git-dir", str(repo), "archive", "--format=tar", MEGATRON_DEEPSPEED_COMMIT],
-                                 check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
-        marker.write_text(MEGATRON_DEEPSPEED_COMMIT)
+    if repo is None:
+        return None
+    tar_bytes = subprocess.run(["git", "--git-dir", str(repo), "archive", "--format=tar", ref, *paths],
+                               check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
+        tar.extractall(dest, filter="data")
+    marker.write_text(ref)
     return dest
 
 
-def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
+def export_sources(name: str, repos: dict) -> Optional[list[Path]]:
+    """The framework's sources at its pinned release, under .rehearse/src (first on its Python's path), exported
+    from the git directories given or reused from an earlier export; None where neither exists."""
+    src = HOME / "src"
+    if name == "megatron":
+        dest = src / "megatron"
+        if repos["megatron_lm"] and not (dest / ".tprimat-ref").exists():
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / ".tprimat-ref").write_text(export_megatron(repos["megatron_lm"], dest))
+        return [dest] if (dest / ".tprimat-ref").exists() else None
+    if name == "megatron_deepspeed":
+        found = archive(repos["megatron_deepspeed"], MEGATRON_DEEPSPEED_COMMIT, src / "megatron_deepspeed")
+        return [found] if found else None
+    if name == "primus":
+        pinned = None
+        if repos["primus"]:  # the submodule's commit, as Primus's tree records it
+            pinned = subprocess.run(["git", "--git-dir", str(repos["primus"]), "rev-parse",
+                                     f"{PRIMUS_TAG}:third_party/Megatron-LM"], check=True, capture_output=True,
+                                    text=True).stdout.strip()
+        found = [archive(repos["primus"], PRIMUS_TAG if repos["primus"] else None, src / "primus",
+                         ("primus", "examples")),
+                 archive(repos["megatron_lm"] if pinned else None, pinned, src / "primus-megatron-lm",
+                         ("megatron", "pretrain_gpt.py", "gpt_builders.py", "model_provider.py"))]
+        return found if all(found) else None
+    return None
+
+
+def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[dict]:
     """Every point's launch, as tprimat writes it (dry_run), with the plan's parameter count, or tprimat's refusal
     before launch."""
     from tprimat.compose import compose
@@ -164,7 +195,7 @@ def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
                  if "llama70b" in models]
     for label, chosen in matrix + published:
         overrides = [*chosen, *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
-                     *([f"framework.path={source}"] if source else [])]
+                     *([f"framework.path={sources[0]}"] if sources else [])]
         run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))
         result = execute(compose(overrides), run_dir, overrides).result
         point = {"point": label, "status": result["status"],
@@ -174,6 +205,9 @@ def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
             point.update(params=plan["params_total"], world_size=plan["world_size"])
             if fw.kind == "script":
                 point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
+            elif fw.kind == "primus":
+                point.update(experiment=str(run_dir / "launch" / "experiment.yaml"),
+                             expected=primus_overrides(overrides))
             else:
                 argv = plan["backend_config"]["argv"]
                 point.update(env=plan["backend_config"]["env"], arch=ARCH.get(result["spec"]["platform"]["gpu"]))
@@ -182,19 +216,39 @@ def points(name: str, models, platforms, source: Optional[Path]) -> list[dict]:
     return out
 
 
-def run_point(name: str, python: Path, point: dict, source: Optional[Path]) -> str:
+def primus_overrides(overrides: list[str]) -> dict:
+    """The overrides tprimat's Primus launch means, as Python values (before any YAML is written or read)."""
+    from tprimat.backends.external.primus import experiment
+    from tprimat.compose import compose
+    from tprimat.spec.build import build_spec
+    from tprimat.spec.detect import DetectedHardware
+    from tprimat.spec.plan import make_plan
+    hardware = DetectedHardware("none", "rehearsal: plans for GPUs", 0, 0.0, None)
+    spec = build_spec(compose(overrides), hardware)
+    return experiment(spec, make_plan(spec, hardware), "")["modules"]["pre_trainer"]["overrides"]
+
+
+def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]]) -> str:
     """One process a point: the frameworks read the world size from a process group once one exists."""
     fw = FRAMEWORKS[name]
     env = {**os.environ, "HF_HOME": str(write_cache(HOME / "hf")), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "WANDB_MODE": "disabled"}
+    if sources:
+        env["PYTHONPATH"] = os.pathsep.join(map(str, sources))
     if fw.kind == "script":
         argv = [str(python), str(ROOT / "bench" / "rehearse_runner.py"), f"{point['out']}={point['script']}"]
+    elif fw.kind == "primus":
+        expected = Path(point["out"]).with_suffix(".expected.json")
+        expected.write_text(json.dumps(point["expected"]))
+        argv = [str(python), str(ROOT / "bench" / "rehearse_primus.py"), point["experiment"], str(expected),
+                point["out"]]
+        env["WORLD_SIZE"] = str(point["world_size"])
     else:
         spec = Path(point["out"]).with_suffix(".points.json")
         spec.write_text(json.dumps([point]))
         argv = [str(python), str(ROOT / "bench" / "rehearse_argv.py"), fw.arguments, str(spec), point["out"] + ".list"]
-        env["PYTHONPATH"] = str(source)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, cwd=source or tempfile.mkdtemp())
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env,
+                          cwd=sources[0] if sources else tempfile.mkdtemp())
     listed = Path(point["out"] + ".list")
     if listed.exists():
         Path(point["out"]).write_text(json.dumps(json.loads(listed.read_text())[0]))
@@ -235,14 +289,13 @@ def report(name: str, todo: list[dict], log) -> dict:
             "rehearsed": equal > 0}
 
 
-def rehearse(name: str, models, platforms, source_repo: Optional[Path], log) -> dict:
-    source = export_source(name, source_repo) if source_repo else None
+def rehearse(name: str, models, platforms, sources: Optional[list[Path]], log) -> dict:
     python = python_of(name, log)
-    todo = points(name, models, platforms, source)
+    todo = points(name, models, platforms, sources)
     started = time.monotonic()
     for point in todo:
         if point["status"] == "dry_run":
-            point["stderr"] = run_point(name, python, point, source)
+            point["stderr"] = run_point(name, python, point, sources)
     log(f"{name}: {sum(p['status'] == 'dry_run' for p in todo)} point(s) rehearsed in "
         f"{time.monotonic() - started:.0f} s")
     return report(name, todo, log)
@@ -255,18 +308,22 @@ def main(argv=None) -> int:
     parser.add_argument("--platforms", nargs="+", default=None, help="GPUs (default: each framework's)")
     parser.add_argument("--megatron-lm", type=Path, help="a Megatron-LM git directory (clone or mirror)")
     parser.add_argument("--megatron-deepspeed", type=Path, help="a Megatron-DeepSpeed git directory")
+    parser.add_argument("--primus", type=Path, help="an AMD Primus git directory (with --megatron-lm: the "
+                        "Megatron-LM commit Primus pins)")
     parser.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
+    repos = {"megatron_lm": args.megatron_lm, "megatron_deepspeed": args.megatron_deepspeed, "primus": args.primus}
     done = []
     for name in args.framework or list(FRAMEWORKS):
         fw = FRAMEWORKS[name]
         print(f"== {name}: {fw.what}", flush=True)
-        repo = getattr(args, fw.source.lstrip("-").replace("-", "_")) if fw.source else None
-        if fw.source and repo is None:
-            print(f"{name}: not rehearsed: needs {fw.source} <its git directory>", flush=True)
+        sources = export_sources(name, repos) if fw.source else None
+        if fw.source and sources is None:
+            needs = fw.source + (" and --megatron-lm" if name == "primus" else "")
+            print(f"{name}: not rehearsed: needs {needs} <git directory>", flush=True)
             continue
         platforms = [g for g in (args.platforms or fw.platforms) if g in fw.platforms]
-        done.append(rehearse(name, args.models, platforms, repo, lambda line: print(line, flush=True)))
+        done.append(rehearse(name, args.models, platforms, sources, lambda line: print(line, flush=True)))
     if args.out:
         args.out.write_text(json.dumps(done, indent=1) + "\n")
     equal, total = sum(d["equal"] for d in done), sum(d["set"] for d in done)

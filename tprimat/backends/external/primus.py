@@ -18,7 +18,11 @@ MODEL_YAML = {"llama": "llama3.1_8B.yaml", "llama70b": "llama3.1_70B.yaml", "qwe
 FAMILY_YAML = {"llama": "llama3.1_8B.yaml", "qwen2": "qwen2.5_7B.yaml", "mistral": "llama3_8B.yaml"}
 NOT_PRIMUS_OVERRIDES = {"distributed_backend", "tokenizer_type"}  # set by Primus itself (mock data: NullTokenizer)
 # Megatron command-line flags whose config key in Primus's YAML differs (the argparse destination).
-FLAG_ONLY = {"disable_bias_linear": ("add_bias_linear", lambda on: not on), "fp8_format": ("fp8", lambda v: v)}
+FLAG_ONLY = {"disable_bias_linear": ("add_bias_linear", lambda on: not on), "fp8_format": ("fp8", lambda v: v),
+             # Primus v26.5.1 pins Megatron-LM d3528a21, whose arguments are generated from TransformerConfig:
+             # --norm-epsilon is gone and MegatronArgBuilder dropped norm_epsilon without a word, so Qwen 2.5's 1e-6
+             # trained as the default 1e-5 (found by bench/rehearse.py, Primus's own config path)
+             "norm_epsilon": ("layernorm_epsilon", lambda v: v)}
 
 
 def experiment(spec: TprimatConf, plan: Plan, workspace: str) -> dict:

@@ -1,0 +1,61 @@
+"""AMD Primus's own configuration path over tprimat's experiment YAML (bench/rehearse.py; run by Primus's Python
+with Primus's sources and its pinned Megatron-LM first on the path): ``python rehearse_primus.py EXPERIMENT.yaml
+EXPECTED.json OUT.json``.
+
+As ``primus/cli/main.py train pretrain`` does up to the trainer: ``load_primus_config`` (its ``PrimusParser``: the
+YAML loader, ``extends`` and the model preset merged under the module config, then the experiment's overrides),
+``get_module_config(..., "pre_trainer")``, and ``MegatronAdapter.convert_config`` (``MegatronArgBuilder``: Megatron
+-LM's own argument defaults, overridden by every module parameter Megatron knows; the others are dropped without
+a word). Each override tprimat writes must be a Megatron-LM argument of the Megatron-LM Primus pins (else the
+builder drops it: an error), and the final argument namespace must hold tprimat's value, of its type
+(EXPECTED.json: the values as tprimat meant them, before any YAML). A key Primus's own merged defaults lack is
+named beside it (Primus's presets lag its Megatron-LM: its Qwen 2.5 preset still says ``norm_epsilon``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+
+def module_params(experiment: Path):
+    from primus.core.config.primus_config import get_module_config, load_primus_config
+    cli = argparse.Namespace(config=str(experiment), data_path="./data", backend_path=None, export_config=None)
+    return get_module_config(load_primus_config(experiment, cli), "pre_trainer").params
+
+
+def main() -> None:
+    experiment, expected_file, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    expected = json.loads(Path(expected_file).read_text())
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    record = {"settings": [], "params": None, "error": None}
+    try:
+        bare = yaml.safe_load(experiment.read_text())
+        bare["modules"]["pre_trainer"].pop("overrides")
+        defaults_file = Path(tempfile.mkdtemp()) / "defaults.yaml"
+        defaults_file.write_text(yaml.safe_dump(bare))
+        defaults = set(vars(module_params(defaults_file)))
+        params = module_params(experiment)
+        from primus.backends.megatron.argument_builder import MegatronArgBuilder, _load_megatron_defaults
+        megatron_keys = set(_load_megatron_defaults())
+        backend = MegatronArgBuilder().update(params).finalize()
+    except Exception as exc:  # noqa: BLE001 - Primus's own refusal is the finding
+        record["error"] = f"Primus's config path: {type(exc).__name__}: {exc}"
+        Path(out).write_text(json.dumps(record))
+        return
+    for key, value in expected.items():
+        got = getattr(backend, key) if key in megatron_keys else "<not a Megatron-LM argument: MegatronArgBuilder drops it>"
+        plain = isinstance(got, (bool, int, float, str, type(None)))
+        where = f"megatron_args.{key}" + ("" if key in defaults else " (a key Primus's defaults lack)")
+        record["settings"].append({"key": key, "where": where, "spec": value, "framework": got if plain else str(got)})
+    Path(out).write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
