@@ -46,9 +46,11 @@ NVIDIA = ("h100", "h200", "b200")
 PLATFORM = {"h100": "nvidia", "h200": "nvidia", "b200": "nvidia", "mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}
 MODELS = ("llama", "qwen", "mistral", "llama70b")
 METHODOLOGIES = ("maximum_performance", "identical_config")
-# The compute capability's major version each GPU reports (NVIDIA's CUDA GPUs table: H100 and H200 9.0, B200 10.0),
-# which Megatron-LM's validate_args asks (get_device_arch_version) with tp or cp above 1 or Megatron FSDP
-ARCH = {"h100": 9, "h200": 9, "b200": 10}
+# The compute capability each GPU reports to torch (NVIDIA's CUDA GPUs table: H100 and H200 9.0, B200 10.0; on ROCm
+# torch reports the gfx target: MI300X and MI325X gfx942 -> 9.4, MI355X gfx950 -> 9.5), which Megatron-LM's
+# validate_args asks (get_device_arch_version with tp or cp above 1 or Megatron FSDP; get_device_capability with
+# grouped GEMMs): the rehearsal answers as the target GPU would
+ARCH = {"h100": (9, 0), "h200": (9, 0), "b200": (10, 0), "mi300x": (9, 4), "mi325x": (9, 4), "mi355x": (9, 5)}
 MEGATRON_DEEPSPEED_COMMIT = "4efb479d5317ce9b86096b9d8e3e8030b0b5263b"  # its master of 2025-07-16: it has no tags
 PRIMUS_TAG = "v26.5.1"
 
@@ -202,7 +204,8 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
                  "reason": result.get("error") or result.get("reason"), "out": str(run_dir / "rehearsal.json")}
         if result["status"] == "dry_run":
             plan = result["plan"]
-            point.update(params=plan["params_total"], world_size=plan["world_size"])
+            point.update(params=plan["params_total"], world_size=plan["world_size"],
+                         arch=ARCH[result["spec"]["platform"]["gpu"]])
             if fw.kind == "script":
                 point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
             elif fw.kind == "primus":
@@ -210,7 +213,7 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
                              expected=primus_overrides(overrides))
             else:
                 argv = plan["backend_config"]["argv"]
-                point.update(env=plan["backend_config"]["env"], arch=ARCH.get(result["spec"]["platform"]["gpu"]))
+                point["env"] = plan["backend_config"]["env"]
                 point["argv"] = argv[next(i for i, a in enumerate(argv) if a.endswith("pretrain_gpt.py")) + 1:]
         out.append(point)
     return out
@@ -241,7 +244,7 @@ def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]
         expected = Path(point["out"]).with_suffix(".expected.json")
         expected.write_text(json.dumps(point["expected"]))
         argv = [str(python), str(ROOT / "bench" / "rehearse_primus.py"), point["experiment"], str(expected),
-                point["out"]]
+                point["out"], "%d.%d" % point["arch"]]
         env["WORLD_SIZE"] = str(point["world_size"])
     else:
         spec = Path(point["out"]).with_suffix(".points.json")

@@ -75,7 +75,7 @@ def meta_params(args) -> int | None:
     # of parameters is the same)
     args.transformer_impl = "local"
     args.apply_rope_fusion = args.gradient_accumulation_fusion = args.masked_softmax_fusion = False
-    args.bias_dropout_fusion, args.no_persist_layer_norm = False, True
+    args.bias_dropout_fusion, args.no_persist_layer_norm, args.moe_permute_fusion = False, True, False
     args.use_cpu_initialization = True
     set_global_variables(args, build_tokenizer=True)
     if not dist.is_initialized():
@@ -86,10 +86,17 @@ def meta_params(args) -> int | None:
     return sum(p.numel() for p in model.parameters())
 
 
+def answer_as(module, arch: tuple[int, int]) -> None:
+    """validate_args' questions of the GPU answered as the target GPU answers them (its compute capability)."""
+    import torch
+    torch.cuda.get_device_capability = lambda *_: arch
+    if hasattr(module, "get_device_arch_version"):
+        module.get_device_arch_version = lambda: arch[0]
+
+
 def rehearse(module, point) -> dict:
     os.environ.update(point["env"], WORLD_SIZE=str(point["world_size"]), RANK="0", LOCAL_RANK="0")
-    if point.get("arch") and hasattr(module, "get_device_arch_version"):
-        module.get_device_arch_version = lambda: point["arch"]  # the target GPU's, as the device would answer
+    answer_as(module, tuple(point["arch"]))
     sys.argv = ["pretrain_gpt.py", *point["argv"]]
     parsers = capture_parser()
     record = {"settings": [], "params": None, "error": None}

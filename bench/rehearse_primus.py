@@ -1,6 +1,6 @@
 """AMD Primus's own configuration path over tprimat's experiment YAML (bench/rehearse.py; run by Primus's Python
 with Primus's sources and its pinned Megatron-LM first on the path): ``python rehearse_primus.py EXPERIMENT.yaml
-EXPECTED.json OUT.json``.
+EXPECTED.json OUT.json MAJOR.MINOR`` (the target GPU's compute capability).
 
 As ``primus/cli/main.py train pretrain`` does up to the trainer: ``load_primus_config`` (its ``PrimusParser``: the
 YAML loader, ``extends`` and the model preset merged under the module config, then the experiment's overrides),
@@ -54,7 +54,29 @@ def main() -> None:
         plain = isinstance(got, (bool, int, float, str, type(None)))
         where = f"megatron_args.{key}" + ("" if key in defaults else " (a key Primus's defaults lack)")
         record["settings"].append({"key": key, "where": where, "spec": value, "framework": got if plain else str(got)})
+    record["params"], record["error"] = validated_parameter_count(backend, tuple(map(int, sys.argv[4].split("."))))
     Path(out).write_text(json.dumps(record))
+
+
+def validated_parameter_count(backend, arch: tuple[int, int]):
+    """Megatron-LM's own validate_args over the namespace Primus built (Primus's ROCm checks that wrap it need
+    Primus-Turbo's kernels and are left out), its questions of the GPU answered as the target GPU answers them,
+    then its gpt_builder's model on the meta device."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import megatron.training.arguments as arguments
+    from rehearse_argv import ARGS_DEFAULTS, GPU_STOPS, answer_as, meta_params
+    answer_as(arguments, arch)
+    try:
+        arguments.validate_args(backend, dict(ARGS_DEFAULTS))
+    except BaseException as exc:  # noqa: BLE001 - the framework's own refusal is the finding
+        frames = [f.name for f in __import__("traceback").extract_tb(exc.__traceback__)]
+        if any(stop in frames for stop in GPU_STOPS):
+            return None, "validate_args asks the GPU (the checks before it passed)"
+        return None, f"validate_args: {type(exc).__name__}: {exc}"
+    try:
+        return meta_params(backend), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"model build: {type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

@@ -192,9 +192,19 @@ def test_primus_reads_every_float_as_a_float():
     over = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])[
         "modules"]["pre_trainer"]["overrides"]
     expected = {"min_lr": spec.training.optimizer.min_lr, "adam_eps": spec.training.optimizer.eps,
-                "norm_epsilon": spec.model.rms_norm_eps, "lr": spec.training.optimizer.lr}
+                "layernorm_epsilon": spec.model.rms_norm_eps, "lr": spec.training.optimizer.lr}
     assert {k: over[k] for k in expected} == expected
     assert all(isinstance(over[k], float) for k in expected), {k: type(over[k]) for k in expected}
+
+
+def test_primus_names_the_norm_epsilon_as_its_megatron_lm_does():
+    """Primus v26.5.1 pins Megatron-LM d3528a21, whose arguments are generated from TransformerConfig: its
+    MegatronArgBuilder knows layernorm_epsilon and drops norm_epsilon (core_v0.16.1's --norm-epsilon) without a
+    word (recorded by bench/rehearse.py over Primus's own config path, 2026-11-27)."""
+    spec, plan = spec_plan(["framework=primus", "platform=amd", "platform.gpu=mi300x", "model=qwen"])
+    over = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])[
+        "modules"]["pre_trainer"]["overrides"]
+    assert over["layernorm_epsilon"] == 1e-6 and "norm_epsilon" not in over  # Qwen 2.5's published rms_norm_eps
 
 
 def test_primus_fp8_is_its_own_key():
@@ -202,7 +212,9 @@ def test_primus_fp8_is_its_own_key():
     module = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])["modules"]
     over = module["pre_trainer"]["overrides"]
     assert over["fp8"] == "hybrid" and "fp8_format" not in over and over["bf16"] is True
-    assert module["pre_trainer"]["model"] == "llama3_8B.yaml" and over["vocab_size"] == spec.model.vocab_size
+    assert module["pre_trainer"]["model"] == "llama3_8B.yaml"
+    # the null tokenizer adds its end-of-document id: the embedding is the spec's, not a downloaded tokenizer's
+    assert over["tokenizer_type"] == "NullTokenizer" and over["vocab_size"] == spec.model.vocab_size - 1
 
 
 @pytest.mark.parametrize("flavour", ["nemo2", "bridge"])

@@ -16,7 +16,12 @@ from tprimat.spec.schema import TprimatConf
 MODEL_YAML = {"llama": "llama3.1_8B.yaml", "llama70b": "llama3.1_70B.yaml", "qwen": "qwen2.5_7B.yaml",
               "mistral": "llama3_8B.yaml"}
 FAMILY_YAML = {"llama": "llama3.1_8B.yaml", "qwen2": "qwen2.5_7B.yaml", "mistral": "llama3_8B.yaml"}
-NOT_PRIMUS_OVERRIDES = {"distributed_backend", "tokenizer_type"}  # set by Primus itself (mock data: NullTokenizer)
+NOT_PRIMUS_OVERRIDES = {"distributed_backend"}  # set by Primus itself
+# tokenizer_type is passed (NullTokenizer, vocab_size - 1, as for Megatron-LM): Primus's model presets name the model's
+# Hugging Face tokenizer (HuggingFaceTokenizer, Qwen/Qwen2.5-7B), which a mock-data run would still download (gated
+# for meta-llama) and whose length, not vocab_size, sizes the embedding (Primus's build_tokenizer pads
+# tokenizer.vocab_size), so the model would not be the spec's (found by bench/rehearse.py over Primus v26.5.1's own
+# config path, where the build stopped at the tokenizer's download)
 # Megatron command-line flags whose config key in Primus's YAML differs (the argparse destination).
 FLAG_ONLY = {"disable_bias_linear": ("add_bias_linear", lambda on: not on), "fp8_format": ("fp8", lambda v: v),
              # Primus v26.5.1 pins Megatron-LM d3528a21, whose arguments are generated from TransformerConfig:
@@ -33,7 +38,6 @@ def experiment(spec: TprimatConf, plan: Plan, workspace: str) -> dict:
         name, convert = FLAG_ONLY.get(key, (key, lambda v: v))
         overrides[name] = convert(value)
     overrides.setdefault("fp8", None)  # Primus merges keys silently: state "no fp8" instead of inheriting it
-    overrides["vocab_size"] = spec.model.vocab_size  # Primus sets its own tokenizer (the -1 is for the null one)
     model_yaml = spec.framework.recipe or MODEL_YAML.get(spec.model.name) or FAMILY_YAML[spec.model.family]
     return {"work_group": "tprimat", "user_name": "tprimat", "exp_name": f"{spec.model.name}-{spec.framework.name}",
             "workspace": workspace,
