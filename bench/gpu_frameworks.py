@@ -49,11 +49,6 @@ FRAMEWORKS = {  # name -> (overrides, needs CUDA)
 # torchtitan 0.3 (registry flavour) or, beside an older torch, 0.2 (its TOML): the kit's test tokenizer either way
 TORCHTITAN = {"registry": ["framework.flavour=registry", "framework.extra_args=[--hf_assets_path,./tests/assets/tokenizer]"],
               "toml": ["framework.flavour=toml", "framework.extra_args=[--model.hf_assets_path,./tests/assets/tokenizer]"]}
-# torchtitan builds its flavour's own model (llama3 8B: all 32 layers, over one H100's memory with AdamW); the
-# 4-layer proxy has no flavour, so torchtitan trains its own debug model here, which tprimat maps to llama_tiny but
-# which is not llama_tiny's shape (torchtitan's log: 6 layers, dim 256, 6.16 M parameters): its row's FLOPs, MFU and
-# memory estimate are tprimat's for llama_tiny, and the table says so
-OWN_MODEL = {"torchtitan": ["model=llama_tiny", "training.seq_length=2048"]}  # its context: 2048
 KIT_PATH = {"megatron": "megatron-lm", "torchtitan": "torchtitan"}  # the run's directory: scripts, tokenizer, corpus
 UNSHARDED_RETRY = ("torchtitan", "megatron")
 PRINTS_STEP_TIME = ("megatron", "tprimat")
@@ -205,10 +200,8 @@ def main(argv=None) -> int:
         left = args.budget_s - (time.monotonic() - started)
         skipped = ("needs a CUDA device" if needs_cuda and not cuda else
                    "no time left in the budget" if left < 20 else None)
-        model = OWN_MODEL.get(name, []) if cuda else []
-        replaced = {o.split("=")[0] for o in model}
-        kept = [o for o in base if o.split("=")[0] not in replaced and not ("model" in replaced and o.startswith("model."))]
-        overrides = [*kept, *model, f"framework={name}", *FRAMEWORKS[name][0], *extra]
+        # torchtitan >= 0.3 carries the proxy (its 8B flavour's first layers); 0.2's TOML cannot, and is refused by key
+        overrides = [*base, f"framework={name}", *FRAMEWORKS[name][0], *extra]
         if name == "torchtitan":
             overrides += TORCHTITAN[titan_flavour]
         if name in KIT_PATH:

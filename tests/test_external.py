@@ -289,6 +289,55 @@ def test_torchtitan_registry_module_sets_every_hyperparameter(tmp_path):
     assert "'parallelism.data_parallel_shard_degree': 8" in source and "FullAC.Config()" in source
 
 
+def test_torchtitans_flavour_shapes_are_its_own():
+    """tprimat's table of torchtitan's flavours, against the model configs torchtitan's own functions return."""
+    registry = pytest.importorskip("torchtitan.models.llama3.config_registry")
+    from tprimat.backends.external.torchtitan import FLAVOUR_SHAPE
+    for name, shape in FLAVOUR_SHAPE.items():
+        model = getattr(registry, name.split(":")[1])().model_spec.model
+        attention = model.layers[0].attention
+        assert shape == {"hidden_size": model.dim, "num_layers": len(model.layers),
+                         "num_attention_heads": attention.n_heads, "num_kv_heads": attention.qkv_linear.n_kv_heads,
+                         "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
+                         "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta)}, name
+
+
+def test_torchtitan_refuses_a_model_it_cannot_carry_by_key():
+    spec, plan = spec_plan(["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=llama_tiny"])
+    problems = backends.load("torchtitan").check(spec, plan)
+    assert any(p.startswith("model.num_attention_heads=8: torchtitan's flavour has 16") for p in problems), problems
+    spec, plan = spec_plan([*TITAN, "model.num_layers=4"])  # fewer layers: the flavour's first ones
+    assert not [p for p in backends.load("torchtitan").check(spec, plan) if p.startswith("model.")]
+    spec, plan = spec_plan([*TITAN, "model.num_layers=4", "framework.flavour=toml"])  # a TOML cannot cut layers
+    assert any(p.startswith("model.num_layers=4") for p in backends.load("torchtitan").check(spec, plan))
+
+
+TITAN_MODEL = """
+import importlib, json, sys
+sys.path.insert(0, sys.argv[1])
+module = importlib.import_module("tprimat_torchtitan")
+print(json.dumps(module.flavour_shape(module.tprimat_config().model_spec.model)))
+"""
+
+
+@pytest.mark.slow
+def test_torchtitan_builds_the_specs_proxy(tmp_path):
+    """The 8B-width proxy (4 layers): the generated module's config, as torchtitan's function returns it, holds
+    the spec's model, read from torchtitan's own model config object."""
+    if importlib.util.find_spec("torchtitan") is None or importlib.util.find_spec("triton") is None:
+        pytest.skip("torchtitan (and triton, which its model registry imports) not installed")
+    spec, plan = spec_plan([*TITAN, "model.num_layers=4"])
+    backends.load("torchtitan").write_launch(spec, plan, tmp_path)
+    proc = subprocess.run([sys.executable, "-c", TITAN_MODEL, str(tmp_path / "launch")], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    built = json.loads(proc.stdout.strip().splitlines()[-1])
+    m = spec.model
+    assert built == {"hidden_size": m.hidden_size, "num_layers": 4, "num_attention_heads": m.num_attention_heads,
+                     "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size,
+                     "vocab_size": m.vocab_size, "rope_theta": m.rope_theta}
+
+
 def titan_effective(tmp_path, overrides):
     """Materialise the launch, let torchtitan's own ConfigManager parse it and save the config it would run."""
     if importlib.util.find_spec("torchtitan") is None or importlib.util.find_spec("triton") is None:

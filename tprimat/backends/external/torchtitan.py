@@ -26,6 +26,18 @@ TOML = {"llama": "torchtitan/models/llama3/train_configs/llama3_8b.toml",
         "llama70b": "torchtitan/models/llama3/train_configs/llama3_70b.toml",
         "llama_tiny": "torchtitan/models/llama3/train_configs/debug_model.toml"}
 REGISTRY = {"llama": "llama3:llama3_8b", "llama70b": "llama3:llama3_70b", "llama_tiny": "llama3:llama3_debugmodel"}
+# The shape of each registry flavour tprimat names (torchtitan 0.3.0, torchtitan/models/llama3/__init__.py: _8b,
+# _70b, _debugmodel; tests/test_external.py reads them back from torchtitan's own config objects). torchtitan takes
+# no dimension on its command line: the generated module passes a smaller layer count by keeping the flavour's first
+# layers, and any other dimension that differs from the spec is refused by key.
+FLAVOUR_SHAPE = {
+    "llama3:llama3_8b": {"hidden_size": 4096, "num_layers": 32, "num_attention_heads": 32, "num_kv_heads": 8,
+                         "ffn_hidden_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0},
+    "llama3:llama3_70b": {"hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64, "num_kv_heads": 8,
+                          "ffn_hidden_size": 28672, "vocab_size": 128256, "rope_theta": 500000.0},
+    "llama3:llama3_debugmodel": {"hidden_size": 256, "num_layers": 6, "num_attention_heads": 16, "num_kv_heads": 16,
+                                 "ffn_hidden_size": 768, "vocab_size": 2048, "rope_theta": 500000.0},
+}
 PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 MODULE, FUNCTION = "tprimat_torchtitan", "tprimat_config"
 SAVED_CONFIG = "tprimat_effective_config.json"  # written by torchtitan into its dump folder
@@ -47,6 +59,22 @@ def settings(spec: TprimatConf, plan: Plan) -> dict:
         "parallelism.data_parallel_replicate_degree": 1 if par.fsdp else plan.dp,
         "compile.enable": tr.compile, "metrics.log_freq": 1, "debug.seed": tr.seed,
     }
+
+
+def spec_shape(spec: TprimatConf) -> dict:
+    m = spec.model
+    return {"hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
+            "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size,
+            "rope_theta": float(m.rope_theta)}
+
+
+def shape_problems(spec: TprimatConf, flavour: dict, fewer_layers: bool) -> list[str]:
+    """The spec's dimensions torchtitan's flavour cannot take: any that differs (but fewer layers where the
+    generated module can keep the flavour's first ones)."""
+    want = spec_shape(spec)
+    return [f"model.{key}={want[key]}: torchtitan's flavour has {flavour[key]} and takes no {key} on its command line"
+            for key in want if want[key] != flavour[key]
+            and not (fewer_layers and key == "num_layers" and want[key] < flavour[key])]
 
 
 def overrides(spec: TprimatConf, plan: Plan) -> list[str]:
@@ -83,10 +111,32 @@ from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # 
 from {module} import {function} as base
 
 VALUES = {pprint.pformat(values, sort_dicts=False)}
+SHAPE = {pprint.pformat(spec_shape(spec), sort_dicts=False)}  # the run spec's model
+
+
+def flavour_shape(model):
+    """The model torchtitan's flavour builds, read from its own config object."""
+    attention = model.layers[0].attention
+    return {{"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
+            "num_kv_heads": attention.qkv_linear.n_kv_heads, "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
+            "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta)}}
+
+
+def carry_the_spec_model(config):
+    """Fewer layers than the flavour's: its first ones; any other difference stops the run, naming the key."""
+    model = config.model_spec.model
+    found = flavour_shape(model)
+    if SHAPE["num_layers"] < found["num_layers"]:
+        model.layers = model.layers[:SHAPE["num_layers"]]
+    differ = [key for key in SHAPE if SHAPE[key] != flavour_shape(model)[key]]
+    if differ:
+        raise SystemExit("tprimat: torchtitan's " + {function!r} + " builds another model: "
+                         + ", ".join(f"model.{{k}}={{SHAPE[k]}} against {{found[k]}}" for k in differ))
 
 
 def {FUNCTION}():
     config = base()
+    carry_the_spec_model(config)
     config.optimizer = default_adamw(lr={opt.lr!r}, betas=({opt.beta1!r}, {opt.beta2!r}), eps={opt.eps!r},
                                      weight_decay={opt.weight_decay!r})
     config.lr_scheduler.decay_ratio = None  # decay over every step after warm-up, as the spec's schedule
@@ -118,6 +168,8 @@ class TorchtitanBackend(ExternalBackend):
         if flavour == "registry" and recipe and recipe.count(":") != 1:
             problems.append(f"framework.recipe={recipe}: the registry flavour takes module:function "
                             "(e.g. llama3:llama3_8b)")
+        if not recipe and spec.model.name in REGISTRY:  # the TOMLs are the same flavours, with no module to cut
+            problems += shape_problems(spec, FLAVOUR_SHAPE[REGISTRY[spec.model.name]], flavour == "registry")
         if flavour == "registry" and spec.training.precision == "fp8" and not recipe:
             problems.append("training.precision=fp8: torchtitan >= 0.3 sets float8 in the model's own config "
                             "function; name one with framework.recipe (e.g. llama3:llama3_debugmodel_float8)")
