@@ -60,7 +60,8 @@ class Framework:
     what: str
     overrides: tuple[str, ...]
     platforms: tuple[str, ...]
-    kind: str  # "script": the generated script; "argv": its own argument parser; "primus": its own config path
+    kind: str  # "script": the generated script; "argv": its own argument parser; "primus", "torchtitan": their own
+    # configuration paths
     installs: Optional[tuple[tuple[str, ...], ...]] = None  # pip argument lists; None: the project's environment
     source: Optional[str] = None  # the flag that names its git directory
     arguments: str = ""  # its arguments module (argv kind)
@@ -110,6 +111,8 @@ FRAMEWORKS = {
         (("torch==2.13.0", "deepspeed==0.19.6", "numpy", "packaging", "six", "regex", "einops", "pybind11",
           "transformers<5"),),
         "--megatron-deepspeed", "megatron.arguments"),
+    "torchtitan": Framework(
+        "torchtitan 0.3.0 (the project's own pin)", ("framework=torchtitan",), NVIDIA, "torchtitan"),
     "primus": Framework(
         f"AMD Primus {PRIMUS_TAG} with the Megatron-LM it pins (its third_party/Megatron-LM submodule)",
         ("framework=primus",), ("mi300x", "mi325x", "mi355x"), "primus",
@@ -155,6 +158,19 @@ def archive(repo: Optional[Path], ref: Optional[str], dest: Path, paths=()) -> O
         tar.extractall(dest, filter="data")
     marker.write_text(ref)
     return dest
+
+
+def missing(name: str) -> Optional[str]:
+    """Why the framework cannot be rehearsed without building or exporting anything (its environment not built at
+    its install list, or its sources not exported), with the command that would; None where it can."""
+    fw = FRAMEWORKS[name]
+    stamp = HOME / "envs" / name / "tprimat-installs.json"
+    if fw.installs and (not stamp.exists() or json.loads(stamp.read_text()) != [list(a) for a in fw.installs]):
+        return f"no {name} environment: python bench/rehearse.py --framework {name} builds it"
+    if fw.source and export_sources(name, {"megatron_lm": None, "megatron_deepspeed": None, "primus": None}) is None:
+        needs = fw.source + (" and --megatron-lm" if name == "primus" else "")
+        return f"no {name} sources: python bench/rehearse.py --framework {name} {needs} <git directory> exports them"
+    return None
 
 
 def export_sources(name: str, repos: dict) -> Optional[list[Path]]:
@@ -208,6 +224,10 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
                          arch=ARCH[result["spec"]["platform"]["gpu"]])
             if fw.kind == "script":
                 point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
+            elif fw.kind == "torchtitan":
+                argv = plan["backend_config"]["argv"]
+                point.update(launch=str(run_dir / "launch"), args=argv[argv.index("--module"):],
+                             expected=torchtitan_settings(overrides))
             elif fw.kind == "primus":
                 point.update(experiment=str(run_dir / "launch" / "experiment.yaml"),
                              expected=primus_overrides(overrides))
@@ -219,16 +239,26 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
     return out
 
 
-def primus_overrides(overrides: list[str]) -> dict:
-    """The overrides tprimat's Primus launch means, as Python values (before any YAML is written or read)."""
-    from tprimat.backends.external.primus import experiment
+def spec_and_plan(overrides: list[str]):
     from tprimat.compose import compose
     from tprimat.spec.build import build_spec
     from tprimat.spec.detect import DetectedHardware
     from tprimat.spec.plan import make_plan
     hardware = DetectedHardware("none", "rehearsal: plans for GPUs", 0, 0.0, None)
     spec = build_spec(compose(overrides), hardware)
-    return experiment(spec, make_plan(spec, hardware), "")["modules"]["pre_trainer"]["overrides"]
+    return spec, make_plan(spec, hardware)
+
+
+def torchtitan_settings(overrides: list[str]) -> dict:
+    """Every section.key tprimat's torchtitan launch sets, as Python values."""
+    from tprimat.backends.external.torchtitan import settings
+    return settings(*spec_and_plan(overrides))
+
+
+def primus_overrides(overrides: list[str]) -> dict:
+    """The overrides tprimat's Primus launch means, as Python values (before any YAML is written or read)."""
+    from tprimat.backends.external.primus import experiment
+    return experiment(*spec_and_plan(overrides), "")["modules"]["pre_trainer"]["overrides"]
 
 
 def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]]) -> str:
@@ -240,6 +270,11 @@ def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]
         env["PYTHONPATH"] = os.pathsep.join(map(str, sources))
     if fw.kind == "script":
         argv = [str(python), str(ROOT / "bench" / "rehearse_runner.py"), f"{point['out']}={point['script']}"]
+    elif fw.kind == "torchtitan":
+        expected = Path(point["out"]).with_suffix(".expected.json")
+        expected.write_text(json.dumps({"args": point["args"], "expected": point["expected"]}))
+        argv = [str(python), str(ROOT / "bench" / "rehearse_torchtitan.py"), point["launch"], str(expected),
+                point["out"]]
     elif fw.kind == "primus":
         expected = Path(point["out"]).with_suffix(".expected.json")
         expected.write_text(json.dumps(point["expected"]))

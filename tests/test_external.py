@@ -289,6 +289,14 @@ def test_torchtitan_registry_module_sets_every_hyperparameter(tmp_path):
     assert "'parallelism.data_parallel_shard_degree': 8" in source and "FullAC.Config()" in source
 
 
+def test_a_model_torchtitan_refuses_is_refused_by_key_not_a_traceback(tmp_path):
+    """The launch of a refused spec is not written (torchtitan has no config for Qwen 2.5: writing it raised
+    KeyError before the refusal was reported)."""
+    out = run_inprocess(tmp_path, ["framework=torchtitan", "platform=nvidia", "platform.gpu=h100", "model=qwen",
+                                   "dry_run=true"])
+    assert out.status == "invalid" and "model.name=qwen: torchtitan ships no config for it" in out.result["error"]
+
+
 def test_torchtitans_flavour_shapes_are_its_own():
     """tprimat's table of torchtitan's flavours, against the model configs torchtitan's own functions return."""
     registry = pytest.importorskip("torchtitan.models.llama3.config_registry")

@@ -63,8 +63,9 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
     backend = prepared.backend
     common.update(spec=spec_dict, spec_hash=spec_identity(spec_dict))
     framework = {"name": backend.name, "version": backend.version()}
-    plan_dict = {**prepared.plan.as_dict(), "backend_problems": prepared.backend_problems,
-                 **_generated(backend.generated_config(spec, prepared.plan))}
+    plan_dict = {**prepared.plan.as_dict(), "backend_problems": prepared.backend_problems}
+    if not prepared.backend_problems:  # a launch the backend refused may not be writable at all (no torchtitan
+        plan_dict.update(_generated(backend.generated_config(spec, prepared.plan)))  # config for Qwen 2.5)
     for warning in prepared.plan.warnings:
         log.warning(warning)
     if prepared.backend_problems:  # the spec's own rules: a dry run refuses what a launch refuses
