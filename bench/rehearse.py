@@ -68,6 +68,52 @@ class Framework:
     published: tuple[tuple[str, tuple[str, ...]], ...] = ()  # its published layouts: (label, overrides)
 
 
+# The spec's own values and where each framework holds them once finalised: read from the run spec and plan of the
+# point's result (not from tprimat's translation), so a wrong or missing translation shows as a difference.
+SPEC = {
+    "num_layers": ("model", "num_layers"), "hidden_size": ("model", "hidden_size"),
+    "ffn_hidden_size": ("model", "ffn_hidden_size"), "num_attention_heads": ("model", "num_attention_heads"),
+    "num_kv_heads": ("model", "num_kv_heads"), "rms_norm_eps": ("model", "rms_norm_eps"),
+    "rope_theta": ("model", "rope_theta"), "seq_length": ("training", "seq_length"),
+    "micro_batch_size": ("training", "micro_batch_size"), "global_batch_size": ("training", "global_batch_size"),
+    "max_steps": ("training", "max_steps"), "seed": ("training", "seed"), "lr": ("training", "optimizer", "lr"),
+    "min_lr": ("training", "optimizer", "min_lr"), "warmup_steps": ("training", "optimizer", "warmup_steps"),
+    "weight_decay": ("training", "optimizer", "weight_decay"), "beta1": ("training", "optimizer", "beta1"),
+    "beta2": ("training", "optimizer", "beta2"), "eps": ("training", "optimizer", "eps"),
+    "grad_clip": ("training", "optimizer", "grad_clip"), "tp": ("plan", "tp"), "pp": ("plan", "pp"),
+    "cp": ("plan", "cp"), "dp": ("plan", "dp")}
+MEGATRON_NAMES = {  # spec key -> Megatron-LM's argument (core_v0.16.1)
+    "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_query_groups",
+    "rms_norm_eps": "layernorm_epsilon",  # --norm-epsilon's destination
+    "rope_theta": "rotary_base", "seq_length": "seq_length", "micro_batch_size": "micro_batch_size",
+    "global_batch_size": "global_batch_size", "max_steps": "train_iters", "seed": "seed", "lr": "lr",
+    "min_lr": "min_lr", "warmup_steps": "lr_warmup_iters", "weight_decay": "weight_decay", "beta1": "adam_beta1",
+    "beta2": "adam_beta2", "eps": "adam_eps", "grad_clip": "clip_grad", "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size", "dp": "data_parallel_size"}
+READ_AS = {
+    "megatron": MEGATRON_NAMES,
+    # Megatron-DeepSpeed's own names (megatron/arguments.py); it has no context parallelism
+    "megatron_deepspeed": {**{k: v for k, v in MEGATRON_NAMES.items() if k != "cp"},
+                           "num_kv_heads": "num_key_value_heads", "rms_norm_eps": "layernorm_epsilon",
+                           "rope_theta": "rope_theta"},
+    "primus": MEGATRON_NAMES,
+    # torchtitan's saved config as tprimat's audit reads it (tprimat.backends.external.audit.torchtitan_saved_config)
+    "torchtitan": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp", "pp",
+                                  "cp", "seq_length", "micro_batch_size")} | {"beta1": "beta1", "beta2": "beta2"},
+}
+def spec_rows(name: str, result: dict) -> list[list]:
+    """[spec key, the framework's name for it, the spec's value] for every value the framework's own object is read
+    for, taken from the point's own result (its spec and plan)."""
+    rows = []
+    for key, where in READ_AS.get(name, {}).items():
+        node = result if SPEC[key][0] == "plan" else result["spec"]
+        for part in SPEC[key]:
+            node = node[part]
+        rows.append([key, where, node])
+    return rows
+
+
 # The published Llama 3 70B layouts (docs/planning.md's rows; tests/test_published_layouts.py validates them): each is
 # rehearsed as published, on the GPUs and batch it ran with, beside the default matrix (whose one-node 70B points
 # tprimat refuses before launch: no layout fits eight GPUs)
@@ -160,6 +206,11 @@ def archive(repo: Optional[Path], ref: Optional[str], dest: Path, paths=()) -> O
     return dest
 
 
+def needs(name: str) -> str:
+    """The flags that name the git directories a framework's sources are exported from."""
+    return FRAMEWORKS[name].source + " <git dir>" + (" --megatron-lm <git dir>" if name == "primus" else "")
+
+
 def missing(name: str) -> Optional[str]:
     """Why the framework cannot be rehearsed without building or exporting anything (its environment not built at
     its install list, or its sources not exported), with the command that would; None where it can."""
@@ -168,8 +219,7 @@ def missing(name: str) -> Optional[str]:
     if fw.installs and (not stamp.exists() or json.loads(stamp.read_text()) != [list(a) for a in fw.installs]):
         return f"no {name} environment: python bench/rehearse.py --framework {name} builds it"
     if fw.source and export_sources(name, {"megatron_lm": None, "megatron_deepspeed": None, "primus": None}) is None:
-        needs = fw.source + (" and --megatron-lm" if name == "primus" else "")
-        return f"no {name} sources: python bench/rehearse.py --framework {name} {needs} <git directory> exports them"
+        return f"no {name} sources: python bench/rehearse.py --framework {name} {needs(name)} exports them"
     return None
 
 
@@ -221,13 +271,12 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
         if result["status"] == "dry_run":
             plan = result["plan"]
             point.update(params=plan["params_total"], world_size=plan["world_size"],
-                         arch=ARCH[result["spec"]["platform"]["gpu"]])
+                         arch=ARCH[result["spec"]["platform"]["gpu"]], spec_rows=spec_rows(name, result))
             if fw.kind == "script":
                 point["script"] = str(run_dir / "launch" / "nemo_pretrain.py")
             elif fw.kind == "torchtitan":
                 argv = plan["backend_config"]["argv"]
-                point.update(launch=str(run_dir / "launch"), args=argv[argv.index("--module"):],
-                             expected=torchtitan_settings(overrides))
+                point.update(launch=str(run_dir / "launch"), args=argv[argv.index("--module"):])
             elif fw.kind == "primus":
                 point.update(experiment=str(run_dir / "launch" / "experiment.yaml"),
                              expected=primus_overrides(overrides))
@@ -249,12 +298,6 @@ def spec_and_plan(overrides: list[str]):
     return spec, make_plan(spec, hardware)
 
 
-def torchtitan_settings(overrides: list[str]) -> dict:
-    """Every section.key tprimat's torchtitan launch sets, as Python values."""
-    from tprimat.backends.external.torchtitan import settings
-    return settings(*spec_and_plan(overrides))
-
-
 def primus_overrides(overrides: list[str]) -> dict:
     """The overrides tprimat's Primus launch means, as Python values (before any YAML is written or read)."""
     from tprimat.backends.external.primus import experiment
@@ -272,12 +315,12 @@ def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]
         argv = [str(python), str(ROOT / "bench" / "rehearse_runner.py"), f"{point['out']}={point['script']}"]
     elif fw.kind == "torchtitan":
         expected = Path(point["out"]).with_suffix(".expected.json")
-        expected.write_text(json.dumps({"args": point["args"], "expected": point["expected"]}))
+        expected.write_text(json.dumps({"args": point["args"], "spec_rows": point["spec_rows"]}))
         argv = [str(python), str(ROOT / "bench" / "rehearse_torchtitan.py"), point["launch"], str(expected),
                 point["out"]]
     elif fw.kind == "primus":
         expected = Path(point["out"]).with_suffix(".expected.json")
-        expected.write_text(json.dumps(point["expected"]))
+        expected.write_text(json.dumps({"overrides": point["expected"], "spec_rows": point["spec_rows"]}))
         argv = [str(python), str(ROOT / "bench" / "rehearse_primus.py"), point["experiment"], str(expected),
                 point["out"], "%d.%d" % point["arch"]]
         env["WORLD_SIZE"] = str(point["world_size"])
@@ -300,7 +343,7 @@ def same(spec, framework) -> bool:
 
 
 def report(name: str, todo: list[dict], log) -> dict:
-    equal = total = params_equal = built = 0
+    equal = total = params_equal = built = clean = 0
     for point in todo:
         if point["status"] != "dry_run":
             log(f"  {point['point']}: refused before launch ({point['status']}): {point['reason'][:300]}")
@@ -311,9 +354,11 @@ def report(name: str, todo: list[dict], log) -> dict:
             continue
         record = json.loads(Path(point["out"]).read_text())
         rows = record["settings"]
-        differ = [r for r in rows if not same(r["spec"], r["framework"])]
+        # a point whose finalisation failed counts none of its rows equal: they were read before it
+        differ = rows if record["error"] else [r for r in rows if not same(r["spec"], r["framework"])]
         equal += len(rows) - len(differ)
         total += len(rows) or 1
+        clean += record["error"] is None and not differ
         params = record["params"]
         built += params is not None
         params_equal += params == point["params"]
@@ -321,10 +366,10 @@ def report(name: str, todo: list[dict], log) -> dict:
                  f"parameters {params:,} against the plan's {point['params']:,}")
         log(f"  {point['point']}: {len(rows) - len(differ)}/{len(rows)} settings equal, {count}"
             + (f"; {record['error']}" if record["error"] else ""))
-        for r in differ:
+        for r in ([] if record["error"] else differ):
             log(f"    differs: {r['key']} tprimat {r['spec']!r}, framework {r['framework']!r} ({r['where']})")
     return {"framework": name, "equal": equal, "set": total, "params_built": built, "params_equal": params_equal,
-            "rehearsed": equal > 0}
+            "rehearsed": clean > 0}
 
 
 def rehearse(name: str, models, platforms, sources: Optional[list[Path]], log) -> dict:
@@ -357,8 +402,7 @@ def main(argv=None) -> int:
         print(f"== {name}: {fw.what}", flush=True)
         sources = export_sources(name, repos) if fw.source else None
         if fw.source and sources is None:
-            needs = fw.source + (" and --megatron-lm" if name == "primus" else "")
-            print(f"{name}: not rehearsed: needs {needs} <git directory>", flush=True)
+            print(f"{name}: not rehearsed: needs {needs(name)}", flush=True)
             continue
         platforms = [g for g in (args.platforms or fw.platforms) if g in fw.platforms]
         done.append(rehearse(name, args.models, platforms, sources, lambda line: print(line, flush=True)))

@@ -9,7 +9,8 @@ argument namespace holds after ``validate_args``. The launch's own environment (
 is set as the launch sets it. Where ``validate_args`` asks the GPU's architecture (tp or cp above 1, Megatron
 FSDP: ``get_device_arch_version``) it gets the target GPU's compute capability, as that GPU would answer; any
 other question to the GPU stops the check there (every check before it passed), and that is recorded.
-Megatron-LM's model is built by its own ``gpt_builder`` on the meta device, as one rank."""
+Megatron-LM's model is built by its own ``gpt_builder`` on the meta device, as one rank, with the vocabulary padded
+for the launch's tensor parallelism (a multiple of 128 x TP), as the run pads it."""
 
 from __future__ import annotations
 
@@ -58,6 +59,36 @@ def expected(parser, argv):
     return out
 
 
+def plain(value):
+    """A value as JSON holds it, else its text."""
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
+        return value
+    return str(value)
+
+
+def read_back(namespace, flag_rows: dict, spec_rows: list) -> list[dict]:
+    """The namespace's value for every flag (tprimat's string as the framework's parser makes it) and for every
+    spec value (the run spec's own, under the framework's name for it)."""
+    rows = [{"key": flag, "where": f"args.{dest}", "spec": value, "framework": plain(getattr(namespace, dest, "<absent>"))}
+            for flag, (dest, value) in flag_rows.items()]
+    return rows + [{"key": f"spec {key}", "where": f"args.{dest}", "spec": value,
+                    "framework": plain(getattr(namespace, dest, "<absent>"))} for key, dest, value in spec_rows]
+
+
+def validate(module, args) -> str | None:
+    """The framework's validate_args over args; its refusal, if any, as one line."""
+    try:
+        module.validate_args(args, dict(ARGS_DEFAULTS))
+    except BaseException as exc:  # noqa: BLE001 - the framework's own refusal is the finding
+        frames = [f.name for f in traceback.extract_tb(exc.__traceback__)]
+        if any(stop in frames for stop in GPU_STOPS):
+            return "validate_args asks the GPU something else (the checks before it passed)"
+        return f"validate_args: {type(exc).__name__}: {exc}"
+    return None
+
+
 def meta_params(args) -> int | None:
     """Megatron-LM's own gpt_builder over the validated arguments, on the meta device, one rank."""
     import torch
@@ -68,16 +99,17 @@ def meta_params(args) -> int | None:
         return None
     from megatron.core import parallel_state
     from megatron.training.global_vars import set_global_variables
-    args = copy.copy(args)  # the whole model: its parameter count does not depend on the layout
-    args.tensor_model_parallel_size = args.pipeline_model_parallel_size = args.context_parallel_size = 1
-    args.sequence_parallel = args.use_megatron_fsdp = False
-    # no Transformer Engine or apex here: local layers without their fusions, as the device kit's runs (the count
-    # of parameters is the same)
+    args = copy.copy(args)
+    # no Transformer Engine or apex here: local layers without their fusions, as the device kit's runs (the same
+    # parameters)
     args.transformer_impl = "local"
     args.apply_rope_fusion = args.gradient_accumulation_fusion = args.masked_softmax_fusion = False
     args.bias_dropout_fusion, args.no_persist_layer_norm, args.moe_permute_fusion = False, True, False
     args.use_cpu_initialization = True
-    set_global_variables(args, build_tokenizer=True)
+    set_global_variables(args, build_tokenizer=True)  # pads the vocabulary for the launch's own TP, as the run does
+    # then the whole model on one rank: the launch's vocabulary, every layer
+    args.tensor_model_parallel_size = args.pipeline_model_parallel_size = args.context_parallel_size = 1
+    args.sequence_parallel = args.use_megatron_fsdp = False
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
         parallel_state.initialize_model_parallel()
@@ -105,19 +137,8 @@ def rehearse(module, point) -> dict:
     except SystemExit as stop:  # argparse's refusal (an unknown flag, a bad value): the finding
         record["error"] = f"parse_args refused the command line (exit {stop.code})"
         return record
-    try:
-        module.validate_args(args, dict(ARGS_DEFAULTS))
-    except BaseException as exc:  # noqa: BLE001 - the framework's own refusal is the finding
-        frames = [f.name for f in traceback.extract_tb(exc.__traceback__)]
-        asks_gpu = any(stop in frames for stop in GPU_STOPS)
-        record["error"] = ("validate_args asks the GPU (the checks before it passed)" if asks_gpu
-                           else f"validate_args: {type(exc).__name__}: {exc}")
-    for flag, (dest, value) in expected(parsers[-1], point["argv"]).items():
-        got = getattr(args, dest, "<absent>")
-        plain = isinstance(got, (bool, int, float, str, type(None))) or (
-            isinstance(got, list) and all(isinstance(v, (int, float, str)) for v in got))
-        record["settings"].append({"key": flag, "where": f"args.{dest}", "spec": value,
-                                   "framework": got if plain else str(got)})
+    record["error"] = validate(module, args)
+    record["settings"] = read_back(args, expected(parsers[-1], point["argv"]), point["spec_rows"])
     if record["error"] is None:
         try:
             record["params"] = meta_params(args)

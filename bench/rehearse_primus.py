@@ -2,13 +2,18 @@
 with Primus's sources and its pinned Megatron-LM first on the path): ``python rehearse_primus.py EXPERIMENT.yaml
 EXPECTED.json OUT.json MAJOR.MINOR`` (the target GPU's compute capability).
 
+Then Megatron-LM's own ``validate_args`` runs over the namespace Primus built (Primus's ROCm checks that wrap it
+need Primus-Turbo's kernels and are left out), its questions of the GPU answered as the target GPU answers them;
+the values are read after it, and its ``gpt_builder`` builds the model on the meta device.
+
 As ``primus/cli/main.py train pretrain`` does up to the trainer: ``load_primus_config`` (its ``PrimusParser``: the
 YAML loader, ``extends`` and the model preset merged under the module config, then the experiment's overrides),
 ``get_module_config(..., "pre_trainer")``, and ``MegatronAdapter.convert_config`` (``MegatronArgBuilder``: Megatron
 -LM's own argument defaults, overridden by every module parameter Megatron knows; the others are dropped without
 a word). Each override tprimat writes must be a Megatron-LM argument of the Megatron-LM Primus pins (else the
 builder drops it: an error), and the final argument namespace must hold tprimat's value, of its type
-(EXPECTED.json: the values as tprimat meant them, before any YAML). A key Primus's own merged defaults lack is
+(EXPECTED.json: the values as tprimat meant them, before any YAML); and the run spec's own values are read from
+the same namespace under Megatron's names for them. A key Primus's own merged defaults lack is
 named beside it (Primus's presets lag its Megatron-LM: its Qwen 2.5 preset still says ``norm_epsilon``)."""
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def module_params(experiment: Path):
 
 def main() -> None:
     experiment, expected_file, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    expected = json.loads(Path(expected_file).read_text())
+    given = json.loads(Path(expected_file).read_text())
+    expected, spec_rows = given["overrides"], given["spec_rows"]
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     record = {"settings": [], "params": None, "error": None}
@@ -49,34 +55,23 @@ def main() -> None:
         record["error"] = f"Primus's config path: {type(exc).__name__}: {exc}"
         Path(out).write_text(json.dumps(record))
         return
-    for key, value in expected.items():
-        got = getattr(backend, key) if key in megatron_keys else "<not a Megatron-LM argument: MegatronArgBuilder drops it>"
-        plain = isinstance(got, (bool, int, float, str, type(None)))
-        where = f"megatron_args.{key}" + ("" if key in defaults else " (a key Primus's defaults lack)")
-        record["settings"].append({"key": key, "where": where, "spec": value, "framework": got if plain else str(got)})
-    record["params"], record["error"] = validated_parameter_count(backend, tuple(map(int, sys.argv[4].split("."))))
-    Path(out).write_text(json.dumps(record))
-
-
-def validated_parameter_count(backend, arch: tuple[int, int]):
-    """Megatron-LM's own validate_args over the namespace Primus built (Primus's ROCm checks that wrap it need
-    Primus-Turbo's kernels and are left out), its questions of the GPU answered as the target GPU answers them,
-    then its gpt_builder's model on the meta device."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import megatron.training.arguments as arguments
-    from rehearse_argv import ARGS_DEFAULTS, GPU_STOPS, answer_as, meta_params
-    answer_as(arguments, arch)
-    try:
-        arguments.validate_args(backend, dict(ARGS_DEFAULTS))
-    except BaseException as exc:  # noqa: BLE001 - the framework's own refusal is the finding
-        frames = [f.name for f in __import__("traceback").extract_tb(exc.__traceback__)]
-        if any(stop in frames for stop in GPU_STOPS):
-            return None, "validate_args asks the GPU (the checks before it passed)"
-        return None, f"validate_args: {type(exc).__name__}: {exc}"
-    try:
-        return meta_params(backend), None
-    except Exception as exc:  # noqa: BLE001
-        return None, f"model build: {type(exc).__name__}: {exc}"
+    from rehearse_argv import answer_as, meta_params, plain, validate
+    answer_as(arguments, tuple(map(int, sys.argv[4].split("."))))
+    record["error"] = validate(arguments, backend)  # Primus's ROCm checks that wrap it need Primus-Turbo: left out
+    for key, value in expected.items():  # read after validate_args, as the trainer gets them
+        got = getattr(backend, key) if key in megatron_keys else "<not a Megatron-LM argument: MegatronArgBuilder drops it>"
+        where = f"megatron_args.{key}" + ("" if key in defaults else " (a key Primus's defaults lack)")
+        record["settings"].append({"key": key, "where": where, "spec": value, "framework": plain(got)})
+    record["settings"] += [{"key": f"spec {key}", "where": f"megatron_args.{dest}", "spec": value,
+                            "framework": plain(getattr(backend, dest, "<absent>"))} for key, dest, value in spec_rows]
+    if record["error"] is None:
+        try:
+            record["params"] = meta_params(backend)
+        except Exception as exc:  # noqa: BLE001
+            record["error"] = f"model build: {type(exc).__name__}: {exc}"
+    Path(out).write_text(json.dumps(record))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@ that has torchtitan, in the launch's directory): ``python rehearse_torchtitan.py
 OUT.json``.
 
 As ``torchtitan.train`` does before it trains: ``ConfigManager().parse_args(["--module", M, "--config", F, ...])``
-imports the generated module, calls its function and applies the command line; every ``section.key`` tprimat sets
-(EXPECTED.json) is read back from that config object, and the model its ``model_spec`` names is built on the meta
-device and its parameters counted."""
+imports the generated module, calls its function and applies the command line; the run spec's values
+(EXPECTED.json) are read back from that config object, as torchtitan saves it (``to_dict``) and tprimat's audit
+reads a saved one, and the model its ``model_spec`` names is built on the meta device and its parameters
+counted."""
 
 from __future__ import annotations
 
@@ -27,12 +28,10 @@ def main() -> None:
         record["error"] = f"ConfigManager: {type(exc).__name__}: {exc}"
         Path(out).write_text(json.dumps(record))
         return
-    for dotted, value in point["expected"].items():
-        section, key = dotted.split(".")
-        got = getattr(getattr(config, section, None), key, "<absent>")
-        plain = isinstance(got, (bool, int, float, str, type(None)))
-        record["settings"].append({"key": dotted, "where": f"config.{dotted}", "spec": value,
-                                   "framework": got if plain else str(got)})
+    from tprimat.backends.external.audit import torchtitan_saved_config
+    found = torchtitan_saved_config(config.to_dict())  # the config as torchtitan saves it, read as the audit reads it
+    record["settings"] = [{"key": f"spec {key}", "where": f"config ({name})", "spec": value,
+                           "framework": found.get(name, "<absent>")} for key, name, value in point["spec_rows"]]
     try:
         with torch.device("meta"):
             model = config.model_spec.model.build()

@@ -323,8 +323,12 @@ def test_torchtitan_refuses_a_model_it_cannot_carry_by_key():
 TITAN_MODEL = """
 import importlib, json, sys
 sys.path.insert(0, sys.argv[1])
-module = importlib.import_module("tprimat_torchtitan")
-print(json.dumps(module.flavour_shape(module.tprimat_config().model_spec.model)))
+model = importlib.import_module("tprimat_torchtitan").tprimat_config().model_spec.model
+attention = model.layers[0].attention  # torchtitan's own model config, read here, not through the module
+print(json.dumps({"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
+                  "num_kv_heads": attention.qkv_linear.n_kv_heads,
+                  "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features, "vocab_size": model.vocab_size,
+                  "rope_theta": float(attention.rope.theta)}))
 """
 
 

@@ -81,13 +81,6 @@ def test_bridge_sets_grad_reduce_on_the_mixed_precision_recipe_and_reads_it_from
     assert rows["eval_iters"][1] == "validation.eval_iters"  # 0.4+; the script moves it to train. on 0.3.x
 
 
-def test_every_setting_the_script_sets_is_read_back():
-    spec, _ = spec_plan(["framework=nemo", "framework.flavour=nemo2", *GPU[:3]])
-    for rows in (nemo.bridge_settings(spec), nemo.nemo2_settings(spec)):
-        assert all(read for _, _, read, _ in rows)
-        assert {"lr", "min_lr", "tp", "pp", "cp", "global_batch_size", "seq_length", "num_layers"} <= {r[0] for r in rows}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_the_frameworks_own_code_holds_every_setting(framework, tmp_path):
@@ -105,5 +98,7 @@ def test_the_frameworks_own_code_holds_every_setting(framework, tmp_path):
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     summary = json.loads((tmp_path / "out.json").read_text())[0]
     assert summary["set"] > 15 and summary["equal"] == summary["set"], proc.stdout[-4000:]
-    assert summary["params_built"] == 0 or summary["params_equal"] == summary["params_built"], proc.stdout[-4000:]
+    # Megatron-DeepSpeed's model is not built (its model provider starts DeepSpeed's engine); every other one is
+    assert summary["params_built"] > 0 or framework == "megatron_deepspeed", proc.stdout[-4000:]
+    assert summary["params_equal"] == summary["params_built"], proc.stdout[-4000:]
     assert proc.stdout.strip().splitlines()[-2] == "frameworks_rehearsed=1"

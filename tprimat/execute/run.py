@@ -63,9 +63,8 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
     backend = prepared.backend
     common.update(spec=spec_dict, spec_hash=spec_identity(spec_dict))
     framework = {"name": backend.name, "version": backend.version()}
-    plan_dict = {**prepared.plan.as_dict(), "backend_problems": prepared.backend_problems}
-    if not prepared.backend_problems:  # a launch the backend refused may not be writable at all (no torchtitan
-        plan_dict.update(_generated(backend.generated_config(spec, prepared.plan)))  # config for Qwen 2.5)
+    plan_dict = {**prepared.plan.as_dict(), "backend_problems": prepared.backend_problems,
+                 **_generated(_config_of(backend, spec, prepared))}
     for warning in prepared.plan.warnings:
         log.warning(warning)
     if prepared.backend_problems:  # the spec's own rules: a dry run refuses what a launch refuses
@@ -84,6 +83,17 @@ def refuse_config(problem: str, run_dir: Path, overrides: Optional[list] = None)
     common = {"run_id": new_run_id(), "environment": environment.collect(detect()),
               "overrides": redact(list(overrides or []))}
     return _invalid([problem], run_dir, common, None)
+
+
+def _config_of(backend, spec: TprimatConf, prepared: Prepared) -> Optional[dict]:
+    """The backend's generated launch; for a spec the backend refused, only where it can be written at all
+    (torchtitan has no config to name for Qwen 2.5: its refusal is the answer, not a KeyError)."""
+    try:
+        return backend.generated_config(spec, prepared.plan)
+    except Exception:
+        if prepared.backend_problems:
+            return None
+        raise
 
 
 def _generated(config: Optional[dict]) -> dict:
