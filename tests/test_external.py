@@ -307,7 +307,9 @@ def test_torchtitans_flavour_shapes_are_its_own():
         assert shape == {"hidden_size": model.dim, "num_layers": len(model.layers),
                          "num_attention_heads": attention.n_heads, "num_kv_heads": attention.qkv_linear.n_kv_heads,
                          "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
-                         "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta)}, name
+                         "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta),
+                         "rope_scaling_factor": attention.rope.scaling_factor if attention.rope.scaling == "llama"
+                         else None}, name
 
 
 def test_torchtitan_refuses_a_model_it_cannot_carry_by_key():
@@ -318,6 +320,8 @@ def test_torchtitan_refuses_a_model_it_cannot_carry_by_key():
     assert not [p for p in backends.load("torchtitan").check(spec, plan) if p.startswith("model.")]
     spec, plan = spec_plan([*TITAN, "model.num_layers=4", "framework.flavour=toml"])  # a TOML cannot cut layers
     assert any(p.startswith("model.num_layers=4") for p in backends.load("torchtitan").check(spec, plan))
+    spec, plan = spec_plan([*TITAN, "model.rope_scaling_factor=null"])  # its flavours scale RoPE by 8
+    assert any(p.startswith("model.rope_scaling_factor=None") for p in backends.load("torchtitan").check(spec, plan))
 
 
 TITAN_MODEL = """
@@ -328,7 +332,8 @@ attention = model.layers[0].attention  # torchtitan's own model config, read her
 print(json.dumps({"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
                   "num_kv_heads": attention.qkv_linear.n_kv_heads,
                   "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features, "vocab_size": model.vocab_size,
-                  "rope_theta": float(attention.rope.theta)}))
+                  "rope_theta": float(attention.rope.theta),
+                  "rope_scaling_factor": attention.rope.scaling_factor if attention.rope.scaling == "llama" else None}))
 """
 
 
@@ -347,7 +352,7 @@ def test_torchtitan_builds_the_specs_proxy(tmp_path):
     m = spec.model
     assert built == {"hidden_size": m.hidden_size, "num_layers": 4, "num_attention_heads": m.num_attention_heads,
                      "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size,
-                     "vocab_size": m.vocab_size, "rope_theta": m.rope_theta}
+                     "vocab_size": m.vocab_size, "rope_theta": m.rope_theta, "rope_scaling_factor": 8.0}
 
 
 def titan_effective(tmp_path, overrides):

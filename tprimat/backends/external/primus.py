@@ -25,8 +25,8 @@ NOT_PRIMUS_OVERRIDES = {"distributed_backend"}  # set by Primus itself
 # Megatron command-line flags whose config key in Primus's YAML differs (the argparse destination).
 FLAG_ONLY = {"disable_bias_linear": ("add_bias_linear", lambda on: not on), "fp8_format": ("fp8", lambda v: v),
              # Primus v26.5.1 pins Megatron-LM d3528a21, whose arguments are generated from TransformerConfig:
-             # --norm-epsilon is gone and MegatronArgBuilder dropped norm_epsilon without a word, so Qwen 2.5's 1e-6
-             # trained as the default 1e-5 (found by bench/rehearse.py, Primus's own config path)
+             # --norm-epsilon is gone and MegatronArgBuilder dropped norm_epsilon without a word: Qwen 2.5 would have run
+             # at Megatron's default, not its 1e-6 (found by bench/rehearse.py, Primus's own config path)
              "norm_epsilon": ("layernorm_epsilon", lambda v: v)}
 
 

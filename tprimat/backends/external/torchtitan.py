@@ -32,11 +32,14 @@ REGISTRY = {"llama": "llama3:llama3_8b", "llama70b": "llama3:llama3_70b", "llama
 # layers, and any other dimension that differs from the spec is refused by key.
 FLAVOUR_SHAPE = {
     "llama3:llama3_8b": {"hidden_size": 4096, "num_layers": 32, "num_attention_heads": 32, "num_kv_heads": 8,
-                         "ffn_hidden_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0},
+                         "ffn_hidden_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0,
+                         "rope_scaling_factor": 8.0},
     "llama3:llama3_70b": {"hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64, "num_kv_heads": 8,
-                          "ffn_hidden_size": 28672, "vocab_size": 128256, "rope_theta": 500000.0},
+                          "ffn_hidden_size": 28672, "vocab_size": 128256, "rope_theta": 500000.0,
+                          "rope_scaling_factor": 8.0},
     "llama3:llama3_debugmodel": {"hidden_size": 256, "num_layers": 6, "num_attention_heads": 16, "num_kv_heads": 16,
-                                 "ffn_hidden_size": 768, "vocab_size": 2048, "rope_theta": 500000.0},
+                                 "ffn_hidden_size": 768, "vocab_size": 2048, "rope_theta": 500000.0,
+                                 "rope_scaling_factor": 8.0},
 }
 PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 MODULE, FUNCTION = "tprimat_torchtitan", "tprimat_config"
@@ -65,7 +68,7 @@ def spec_shape(spec: TprimatConf) -> dict:
     m = spec.model
     return {"hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_attention_heads": m.num_attention_heads,
             "num_kv_heads": m.num_kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size,
-            "rope_theta": float(m.rope_theta)}
+            "rope_theta": float(m.rope_theta), "rope_scaling_factor": m.rope_scaling_factor}
 
 
 def shape_problems(spec: TprimatConf, flavour: dict, fewer_layers: bool) -> list[str]:
@@ -119,7 +122,8 @@ def flavour_shape(model):
     attention = model.layers[0].attention
     return {{"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
             "num_kv_heads": attention.qkv_linear.n_kv_heads, "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
-            "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta)}}
+            "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta),
+            "rope_scaling_factor": attention.rope.scaling_factor if attention.rope.scaling == "llama" else None}}
 
 
 def carry_the_spec_model(config):
