@@ -95,6 +95,29 @@ def overrides(spec: TprimatConf, plan: Plan) -> list[str]:
     return argv
 
 
+# The generated module's check that torchtitan's own model is the spec's (BASE and SHAPE are the module's)
+CARRY = '''def flavour_shape(model):
+    """The model torchtitan's flavour builds, read from its own config object."""
+    attention = model.layers[0].attention
+    return {"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
+            "num_kv_heads": attention.qkv_linear.n_kv_heads, "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
+            "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta),
+            "rope_scaling_factor": attention.rope.scaling_factor if attention.rope.scaling == "llama" else None}
+
+
+def carry_the_spec_model(config):
+    """Fewer layers than the flavour's: its first ones; any other difference stops the run, naming the key."""
+    model = config.model_spec.model
+    found = flavour_shape(model)
+    if SHAPE["num_layers"] < found["num_layers"]:
+        model.layers = model.layers[:SHAPE["num_layers"]]
+    differ = [key for key in SHAPE if SHAPE[key] != flavour_shape(model)[key]]
+    if differ:
+        raise SystemExit("tprimat: torchtitan's " + BASE + " builds another model: "
+                         + ", ".join(f"model.{k}={SHAPE[k]} against {found[k]}" for k in differ))
+'''
+
+
 def config_module(spec: TprimatConf, plan: Plan, dump_folder: Path) -> str:
     """The ``registry`` flavour's generated module (torchtitan >= 0.3)."""
     opt = spec.training.optimizer
@@ -115,28 +138,10 @@ from {module} import {function} as base
 
 VALUES = {pprint.pformat(values, sort_dicts=False)}
 SHAPE = {pprint.pformat(spec_shape(spec), sort_dicts=False)}  # the run spec's model
+BASE = {f"{module}.{function}"!r}
 
 
-def flavour_shape(model):
-    """The model torchtitan's flavour builds, read from its own config object."""
-    attention = model.layers[0].attention
-    return {{"hidden_size": model.dim, "num_layers": len(model.layers), "num_attention_heads": attention.n_heads,
-            "num_kv_heads": attention.qkv_linear.n_kv_heads, "ffn_hidden_size": model.layers[0].feed_forward.w1.out_features,
-            "vocab_size": model.vocab_size, "rope_theta": float(attention.rope.theta),
-            "rope_scaling_factor": attention.rope.scaling_factor if attention.rope.scaling == "llama" else None}}
-
-
-def carry_the_spec_model(config):
-    """Fewer layers than the flavour's: its first ones; any other difference stops the run, naming the key."""
-    model = config.model_spec.model
-    found = flavour_shape(model)
-    if SHAPE["num_layers"] < found["num_layers"]:
-        model.layers = model.layers[:SHAPE["num_layers"]]
-    differ = [key for key in SHAPE if SHAPE[key] != flavour_shape(model)[key]]
-    if differ:
-        raise SystemExit("tprimat: torchtitan's " + {function!r} + " builds another model: "
-                         + ", ".join(f"model.{{k}}={{SHAPE[k]}} against {{found[k]}}" for k in differ))
-
+{CARRY}
 
 def {FUNCTION}():
     config = base()
