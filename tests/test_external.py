@@ -582,3 +582,24 @@ def test_timeout_kills_the_framework(tmp_path, monkeypatch):
 def test_external_frameworks_refuse_cpu(tmp_path):
     out = run_inprocess(tmp_path, ["framework=megatron", "platform=cpu", "logging.wandb.mode=disabled"])
     assert out.status == "invalid" and "trains on NVIDIA or AMD GPUs" in out.result["error"]
+
+
+# Llama 3.1's 128,256 rows rounded up to 128 x TP, by hand: 128,256 = 1,002 x 128 = 501 x 256; 250.5 x 512 -> 251 x
+# 512 = 128,512; 125.25 x 1,024 -> 126 x 1,024 = 129,024 (Megatron-LM's _vocab_size_with_padding; Megatron-LM
+# core_v0.16.1 built the 70B at TP 4 with 70,557,900,800 parameters in bench/rehearse.py, 2026-11-27)
+MEGATRON_ROWS = {1: 128_256, 2: 128_256, 4: 128_512, 8: 129_024}
+
+
+@pytest.mark.parametrize("tp", sorted(MEGATRON_ROWS))
+@pytest.mark.parametrize("framework", ["megatron", "primus", "megatron_deepspeed", "nemo"])
+def test_the_plan_counts_the_vocabulary_as_the_framework_pads_it(framework, tp):
+    spec, plan = spec_plan([f"framework={framework}", "model=llama70b", "platform=nvidia", "platform.gpu=h100",
+                            "platform.nodes=8", f"parallelism.tp={tp}", "methodology=identical_config"])
+    # NeMo 2 and Megatron-Bridge take the vocab_size tprimat sets as it is (no padding)
+    rows = 128_256 if framework == "nemo" else MEGATRON_ROWS[tp]
+    assert plan.vocab_size_padded == rows
+    assert plan.params_total - 70_553_706_496 == (rows - 128_256) * 8192 * 2  # embedding and output head
+    assert spec.model.vocab_pad_multiple == 1  # the spec as written: its identity does not move
+    if framework in ("megatron", "megatron_deepspeed"):
+        argv = backends.load(framework).launch(spec, plan, Path("launch")).argv
+        assert flag_values(argv)["--make-vocab-size-divisible-by"] == "128"

@@ -6,8 +6,12 @@ Data only, so that validation can name the known frameworks without importing an
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
+
+from tprimat.spec.schema import ModelConf, freeze
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,10 @@ class FrameworkInfo:
     description: str
     extra: str = ""  # pip extra that installs what the adapter needs
     llama_style_only: bool = False  # its translation covers RMSNorm / RoPE / SwiGLU decoders without linear biases
+    # Megatron's vocabulary padding: embedding and output rows rounded up to vocab_divisible_by x TP (Megatron-LM's
+    # and Megatron-DeepSpeed's _vocab_size_with_padding, over make_vocab_size_divisible_by, which tprimat passes);
+    # 0: the model's own rows (model.vocab_pad_multiple)
+    vocab_divisible_by: int = 0
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {}
@@ -33,14 +41,42 @@ register(FrameworkInfo("native", "tprimat.backends.native.backend",
 register(FrameworkInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
                        "transformers"))
 register(FrameworkInfo("deepspeed", "tprimat.backends.ds.backend", "DeepSpeed ZeRO 1-3", "deepspeed"))
-for _name, _desc in (
-    ("megatron", "Megatron-LM pretrain_gpt.py under torchrun"),
-    ("primus", "AMD Primus experiment YAML + run_pretrain.sh"),
-    ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment"),
-    ("torchtitan", "torchtitan train with config overrides"),
-    ("megatron_deepspeed", "Megatron-DeepSpeed pretrain_gpt.py under torchrun with a generated DeepSpeed config"),
+# NeMo pads nothing here: tprimat sets the model's vocab_size, which NeMo 2's GPTConfig.configure_model takes as
+# preset (nemo_toolkit 2.7.3: get_vocab_size only without one) and Megatron-Bridge's _validate_and_set_vocab_size
+# answers with should_pad_vocab=False (0.3.1 to 0.6). Primus builds Megatron-LM's tokenizer, which pads.
+for _name, _desc, _divisible_by in (
+    ("megatron", "Megatron-LM pretrain_gpt.py under torchrun", 128),
+    ("primus", "AMD Primus experiment YAML + run_pretrain.sh", 128),
+    ("nemo", "NeMo Framework recipe (NeMo 2 or Megatron-Bridge) in its own environment", 0),
+    ("torchtitan", "torchtitan train with config overrides", 0),
+    ("megatron_deepspeed", "Megatron-DeepSpeed pretrain_gpt.py under torchrun with a generated DeepSpeed config",
+     128),
 ):
-    register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True))
+    register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True,
+                           vocab_divisible_by=_divisible_by))
+
+
+
+def vocab_multiple(spec) -> int:
+    """The multiple the run's embedding and output rows are rounded up to: the model's own
+    (``model.vocab_pad_multiple``), and for a framework that pads for tensor parallelism, its
+    ``vocab_divisible_by`` x ``parallelism.tp`` too (their least common multiple, which such a framework builds
+    when given ``make_vocab_size_divisible_by = multiple / tp``)."""
+    own = max(1, spec.model.vocab_pad_multiple)
+    info = FRAMEWORKS.get(spec.framework.name)
+    if info is None or not info.vocab_divisible_by:
+        return own
+    return math.lcm(own, info.vocab_divisible_by * spec.parallelism.tp)
+
+
+def model_as_built(spec) -> ModelConf:
+    """``spec.model`` as its framework builds it (the vocabulary padded by ``vocab_multiple``): what parameter
+    counts, FLOPs and memory are planned from. The spec itself is left as written (its identity unchanged)."""
+    multiple = vocab_multiple(spec)
+    if multiple == spec.model.vocab_pad_multiple:
+        return spec.model
+    return freeze(dataclasses.replace(spec.model, vocab_pad_multiple=multiple))
+
 
 LLAMA_STYLE = {"norm": "rmsnorm", "mlp": "swiglu", "position_embedding": "rope", "linear_bias": False}
 

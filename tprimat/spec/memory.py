@@ -39,6 +39,7 @@ from typing import Optional
 
 from tprimat.spec import flops, keeps
 from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
+from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.schema import TprimatConf, ac_period, padded_vocab
 
 GIB = 2**30
@@ -67,7 +68,7 @@ class MemoryEstimate:
 
 def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimate:
     par, keep = spec.parallelism, keeps.of(spec)
-    params = heaviest_stage_params(spec.model, par.pp) / par.tp  # the stage that must fit (traced: plan --deep)
+    params = heaviest_stage_params(model_as_built(spec), par.pp) / par.tp  # the stage that must fit (traced: plan --deep)
     group = dp * (par.cp if keep.shards_over_cp else 1)
     stage = 3 if par.fsdp else par.zero_stage
     w_shard = group if stage >= 3 else 1
@@ -88,7 +89,7 @@ def fsdp_unit_params(spec: TprimatConf) -> float:
     """FSDP2 (native, torchtitan, DeepSpeed ZeRO-3 alike) gathers one unit's bf16 weights at a time and produces its
     unsharded fp32 gradients before the reduce-scatter: the largest unit (a decoder layer, or the embedding / output
     head of vocab x hidden) is held whole for a moment, 2 + 4 B per parameter."""
-    return max(flops.layer_params(spec.model), padded_vocab(spec.model) * spec.model.hidden_size)
+    return max(flops.layer_params(spec.model), padded_vocab(model_as_built(spec)) * spec.model.hidden_size)
 
 
 def stage_linear_params(spec: TprimatConf) -> float:
@@ -119,7 +120,7 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
     fp8 GEMMs save their inputs in fp8 (1 B). Selective recompute (core attention) saves nothing more with flash
     attention; full recompute keeps each layer's input and rebuilds one layer at a time in the backward.
     The loss: 4 B per token per (hidden + vocab), sharded over tp, on the last stage (theoretical_memory_usage.py)."""
-    d, par, tr = dims(spec.model), spec.parallelism, spec.training
+    d, par, tr = dims(model_as_built(spec)), spec.parallelism, spec.training
     half = 4 if tr.precision == "fp32" else 2
     gemm_in = 1 if tr.precision == "fp8" else half
     tokens = tr.micro_batch_size * tr.seq_length / par.cp
@@ -205,7 +206,7 @@ def recomputed_layers(spec: TprimatConf, layers: float) -> float:
 
 
 def logits_bytes(spec: TprimatConf, tokens: float, half: int) -> float:
-    tp, vocab = spec.parallelism.tp, padded_vocab(spec.model)
+    tp, vocab = spec.parallelism.tp, padded_vocab(model_as_built(spec))
     shard = tp if spec.framework.name in VOCAB_PARALLEL_LOSS_FRAMEWORKS else 1  # native: gathered to every tp rank
     # above the logits: 12 bytes eager (the fp32 upcast, its softmax, its gradient), 2 for torchtitan's compiled
     # loss (the fused kernel keeps the logits' bf16 gradient only): both traced by bench/loss_memory.py (12.00 and
@@ -226,4 +227,4 @@ def autocast_cache_bytes(spec: TprimatConf) -> float:
     """Cast copies of the local weights that the forward makes and keeps for the backward (``weight_cache_bytes``;
     a recomputed layer's copies are made again in the backward: ``activation_bytes`` takes those off)."""
     par = spec.parallelism
-    return heaviest_stage_params(spec.model, par.pp) / par.tp * weight_cache_bytes(spec)
+    return heaviest_stage_params(model_as_built(spec), par.pp) / par.tp * weight_cache_bytes(spec)

@@ -7,6 +7,7 @@ from typing import Optional
 
 from tprimat.spec import flops, memory
 from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.hardware import lookup
 from tprimat.spec.schema import TprimatConf, padded_vocab
 
@@ -103,14 +104,15 @@ def make_plan(spec: TprimatConf, hw: DetectedHardware) -> Plan:
     par, tr = spec.parallelism, spec.training
     dp = derived_dp(spec)
     accum = tr.global_batch_size // (tr.micro_batch_size * dp)
-    total, non_embedding = flops.param_counts(spec.model)
-    per_token = flops.flops_per_token(spec.model, tr.seq_length)
+    built = model_as_built(spec)  # the vocabulary as the framework pads it for this TP
+    total, non_embedding = flops.param_counts(built)
+    per_token = flops.flops_per_token(built, tr.seq_length)
     tokens = tr.global_batch_size * tr.seq_length
     capacity, capacity_source = device_memory(spec, hw)
     peak_tflops, peak_source, warnings = peak(spec)
     if capacity is None:
         warnings = [unchecked_memory(spec), *warnings]
     return Plan(world_size(spec), dp, par.tp, par.pp, par.cp, accum, tr.global_batch_size, tokens, per_token,
-                flops.CANONICAL, per_token * tokens, total, non_embedding, padded_vocab(spec.model),
+                flops.CANONICAL, per_token * tokens, total, non_embedding, padded_vocab(built),
                 memory.estimate(spec, dp, accum),
                 capacity, capacity_source, peak_tflops, peak_source, warnings=tuple(warnings))

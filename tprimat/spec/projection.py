@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tprimat.spec import flops, hardware, keeps, kernels
+from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.schema import TprimatConf, ac_period
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
@@ -249,7 +250,7 @@ def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
 
 def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Micro) -> Optional[dict]:
     """Exposed seconds per step of each kind of traffic; None when a needed link bandwidth is unknown."""
-    par, tr, model = spec.parallelism, spec.training, spec.model
+    par, tr, model = spec.parallelism, spec.training, model_as_built(spec)
     tp, pp, cp, per_node = par.tp, par.pp, par.cp, spec.platform.devices_per_node
     act_bytes = 4 if tr.precision == "fp32" else 2
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
@@ -283,13 +284,13 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
     if comm is None:
         return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
                            "--ranks N, or use a device in the hardware table)")
-    local_params = flops.heaviest_stage_params(spec.model, par.pp) / par.tp / (
+    local_params = flops.heaviest_stage_params(model_as_built(spec), par.pp) / par.tp / (
         dp if par.fsdp or par.zero_stage >= 1 else 1)
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
     compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s
     step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s
     tokens_per_s_per_device = tr.global_batch_size * tr.seq_length / step_s / world
-    tflops = flops.flops_per_token(spec.model, tr.seq_length) * tokens_per_s_per_device / 1e12
+    tflops = flops.flops_per_token(model_as_built(spec), tr.seq_length) * tokens_per_s_per_device / 1e12
     return {"available": True, "reason": None, "step_time_s": step_s,
             "tokens_per_s_per_device": tokens_per_s_per_device, "tflops_per_device": tflops,
             "mfu": tflops / peak_tflops if peak_tflops else None,

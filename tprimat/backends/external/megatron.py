@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
+from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
@@ -42,8 +43,10 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
         "fp8_format": "hybrid" if tr.precision == "fp8" else None, **recompute,
         # the null tokenizer adds one id (its end of document) to --vocab-size: the model's vocabulary is the spec's
+        # and Megatron pads it to make_vocab_size_divisible_by x TP: the multiple tprimat plans with (vocab_multiple)
         "mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1,
-        "make_vocab_size_divisible_by": 128, "seed": tr.seed, "log_interval": 1, "log_throughput": True,
+        "make_vocab_size_divisible_by": vocab_multiple(spec) // par.tp, "seed": tr.seed, "log_interval": 1,
+        "log_throughput": True,
         "eval_iters": 0, "eval_interval": tr.max_steps + 1, "distributed_backend": "nccl",
     }
 

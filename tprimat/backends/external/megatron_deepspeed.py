@@ -19,6 +19,7 @@ from tprimat.backends.ds.config import engine_config
 from tprimat.backends.external import indexed_dataset
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.backends.external.megatron import as_cli
+from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
@@ -51,7 +52,9 @@ def settings(spec: TprimatConf, plan: Plan, launch_dir: Path) -> dict:
         "bf16": True if tr.precision == "bf16" else None, **recompute,
         "data_path": str(launch_dir / DATA_PREFIX), "data_impl": "mmap", "split": "100,0,0",
         # the null tokenizer adds one id (its end of document) to --vocab-size: the model's vocabulary is the spec's
-        "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1, "make_vocab_size_divisible_by": 128,
+        # (padded by Megatron-DeepSpeed to make_vocab_size_divisible_by x TP: the multiple tprimat plans with)
+        "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1,
+        "make_vocab_size_divisible_by": vocab_multiple(spec) // par.tp,
         "seed": tr.seed, "log_interval": 1, "eval_iters": 0, "eval_interval": tr.max_steps + 1,
         "distributed_backend": "nccl", "deepspeed": True, "zero_stage": par.zero_stage,
         # its layers refuse gradient_accumulation_fusion (the default) without apex's fused_weight_gradient_mlp_cuda,
