@@ -32,6 +32,7 @@ import tarfile
 import tempfile
 import time
 import venv
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -53,6 +54,7 @@ METHODOLOGIES = ("maximum_performance", "identical_config")
 ARCH = {"h100": (9, 0), "h200": (9, 0), "b200": (10, 0), "mi300x": (9, 4), "mi325x": (9, 4), "mi355x": (9, 5)}
 MEGATRON_DEEPSPEED_COMMIT = "4efb479d5317ce9b86096b9d8e3e8030b0b5263b"  # its master of 2025-07-16: it has no tags
 PRIMUS_TAG = "v26.5.1"
+TORCHTITAN_TOML_TAG = "v0.2.2"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Framework:
     source: Optional[str] = None  # the flag that names its git directory
     arguments: str = ""  # its arguments module (argv kind)
     published: tuple[tuple[str, tuple[str, ...]], ...] = ()  # its published layouts: (label, overrides)
+    # requirements published for Python 3.12 only (PYTHON312): their 3.12 wheels unpacked into this 3.11 environment
+    python312: tuple[str, ...] = ()
 
 
 # The spec's own values and where each framework holds them once finalised: read from the run spec and plan of the
@@ -99,6 +103,8 @@ READ_AS = {
                            "rope_theta": "rope_theta"},
     "primus": MEGATRON_NAMES,
     # torchtitan's saved config as tprimat's audit reads it (tprimat.backends.external.audit.torchtitan_saved_config)
+    "torchtitan_toml": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp",
+                                       "pp", "cp", "seq_length", "micro_batch_size", "beta1", "beta2")},
     "torchtitan": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp", "pp",
                                   "cp", "seq_length", "micro_batch_size")} | {"beta1": "beta1", "beta2": "beta2"},
 }
@@ -143,6 +149,15 @@ FRAMEWORKS = {
           "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
           "packaging", "triton==3.9.0", "megatron-energon"),
          ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,)),
+    "bridge_newest": Framework(
+        "Megatron-Bridge 0.6.2 (the newest release; NeMo Framework 26.04 and later) with megatron-core 0.19.2 "
+        "(Python 3.12 releases, rehearsed on 3.11: see PYTHON312)",
+        ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",
+        (("torch==2.13.0", "transformers>=5.8,<=5.12.1", "datasets", "accelerate", "omegaconf>=2.3", "tensorboard",
+          "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core>=1.3.4,<1.4", "einops", "packaging",
+          "triton==3.9.0", "megatron-energon", "peft", "mistral-common", "diffusers>=0.36.0", "timm",
+          "nvidia-modelopt", "typing_extensions"),),
+        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2")),
     "megatron": Framework(
         f"Megatron-LM {MEGATRON_TAG} (the release of the project's megatron-core 0.16.1)",
         ("framework=megatron",), NVIDIA, "argv",
@@ -159,12 +174,21 @@ FRAMEWORKS = {
         "--megatron-deepspeed", "megatron.arguments"),
     "torchtitan": Framework(
         "torchtitan 0.3.0 (the project's own pin)", ("framework=torchtitan",), NVIDIA, "torchtitan"),
+    "torchtitan_toml": Framework(
+        f"torchtitan {TORCHTITAN_TOML_TAG} (the last release read from TOML: flavour toml) with its checkout's TOMLs",
+        ("framework=torchtitan", "framework.flavour=toml"), NVIDIA, "torchtitan_toml",
+        (("torch==2.13.0", f"torchtitan=={TORCHTITAN_TOML_TAG[1:]}", "torchdata>=0.8.0", "datasets>=2.21.0",
+          "tokenizers", "tomli>=1.1.0", "fsspec", "tyro", "tensorboard", "einops", "pillow", "triton==3.9.0"),),
+        "--torchtitan"),
     "primus": Framework(
         f"AMD Primus {PRIMUS_TAG} with the Megatron-LM it pins (its third_party/Megatron-LM submodule)",
         ("framework=primus",), ("mi300x", "mi325x", "mi355x"), "primus",
         (("torch==2.13.0", "pyyaml", "einops", "six", "regex", "packaging", "numpy", "pydantic", "triton==3.9.0"),),
         "--primus"),
 }
+
+
+REPOS = ("megatron_lm", "megatron_deepspeed", "primus", "torchtitan")  # the git directories given by flag
 
 
 def python_of(name: str, log) -> Path:
@@ -175,7 +199,7 @@ def python_of(name: str, log) -> Path:
         return Path(sys.executable)
     env = HOME / "envs" / name
     stamp = env / "tprimat-installs.json"
-    wanted = [list(args) for args in installs]
+    wanted = install_list(name)
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         return env / "bin" / "python"
     started = time.monotonic()
@@ -185,9 +209,45 @@ def python_of(name: str, log) -> Path:
                               capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
             raise SystemExit(f"rehearse: pip install {' '.join(args)} for {name} failed:\n{proc.stderr[-3000:]}")
+    if FRAMEWORKS[name].python312:
+        unpack_python312(env, FRAMEWORKS[name].python312)
     stamp.write_text(json.dumps(wanted))
     log(f"{name}: environment built in {time.monotonic() - started:.0f} s ({env.relative_to(ROOT)})")
     return env / "bin" / "python"
+
+
+def install_list(name: str) -> list[list[str]]:
+    """What the framework's environment is built from (its stamp): pip argument lists, then its 3.12 wheels."""
+    fw = FRAMEWORKS[name]
+    return [list(args) for args in fw.installs or ()] + ([["python3.12 wheels", *fw.python312]] if fw.python312 else [])
+
+
+# Megatron-Bridge 0.4 and later, and the megatron-core releases they need, are published for Python 3.12 only
+# (Requires-Python >=3.12; megatron-core's wheels are cp312), and this project's machines have Python 3.11 alone.
+# Their code compiles under 3.11 (every module of megatron-bridge 0.6.2 and megatron-core 0.19.2 byte-compiles), and
+# of 3.12's library they use typing.override, which typing_extensions carries: their 3.12 wheels are unpacked into
+# the 3.11 environment, typing.override given from typing_extensions (a sitecustomize of that environment only), and
+# the one compiled module, megatron-core's dataset index helper (built for 3.12, used to blend real data sets, never
+# reached by a rehearsal), left out. The rehearsal so runs these releases' own code, not on their Python.
+PYTHON312_SITECUSTOMIZE = """import typing
+if not hasattr(typing, "override"):  # Python 3.12's; written by tprimat's bench/rehearse.py for its 3.12 wheels
+    import typing_extensions
+    typing.override = typing_extensions.override
+"""
+
+
+def unpack_python312(env: Path, requirements: tuple[str, ...]) -> None:
+    python = str(env / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    wheels = Path(tempfile.mkdtemp(prefix="rehearse-py312-"))
+    subprocess.run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "--python-version", "3.12", "-d", str(wheels), *requirements], check=True, timeout=1800)
+    for wheel in sorted(wheels.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive_:
+            names = [n for n in archive_.namelist() if not n.endswith(".so")]
+            archive_.extractall(site, names)
+    (site / "sitecustomize.py").write_text(PYTHON312_SITECUSTOMIZE)
 
 
 def archive(repo: Optional[Path], ref: Optional[str], dest: Path, paths=()) -> Optional[Path]:
@@ -216,9 +276,9 @@ def missing(name: str) -> Optional[str]:
     its install list, or its sources not exported), with the command that would; None where it can."""
     fw = FRAMEWORKS[name]
     stamp = HOME / "envs" / name / "tprimat-installs.json"
-    if fw.installs and (not stamp.exists() or json.loads(stamp.read_text()) != [list(a) for a in fw.installs]):
+    if fw.installs and (not stamp.exists() or json.loads(stamp.read_text()) != install_list(name)):
         return f"no {name} environment: python bench/rehearse.py --framework {name} builds it"
-    if fw.source and export_sources(name, {"megatron_lm": None, "megatron_deepspeed": None, "primus": None}) is None:
+    if fw.source and export_sources(name, dict.fromkeys(REPOS)) is None:
         return f"no {name} sources: python bench/rehearse.py --framework {name} {needs(name)} exports them"
     return None
 
@@ -235,6 +295,10 @@ def export_sources(name: str, repos: dict) -> Optional[list[Path]]:
         return [dest] if (dest / ".tprimat-ref").exists() else None
     if name == "megatron_deepspeed":
         found = archive(repos["megatron_deepspeed"], MEGATRON_DEEPSPEED_COMMIT, src / "megatron_deepspeed")
+        return [found] if found else None
+    if name == "torchtitan_toml":  # the TOMLs its launch names, from the release's own tree
+        found = archive(repos["torchtitan"], TORCHTITAN_TOML_TAG if repos["torchtitan"] else None,
+                        src / "torchtitan_toml", ("torchtitan/models",))
         return [found] if found else None
     if name == "primus":
         pinned = None
@@ -277,6 +341,9 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
             elif fw.kind == "torchtitan":
                 argv = plan["backend_config"]["argv"]
                 point.update(launch=str(run_dir / "launch"), args=argv[argv.index("--module"):])
+            elif fw.kind == "torchtitan_toml":
+                argv = plan["backend_config"]["argv"]
+                point["args"] = argv[argv.index("--job.config_file"):]
             elif fw.kind == "primus":
                 point.update(experiment=str(run_dir / "launch" / "experiment.yaml"),
                              expected=primus_overrides(overrides))
@@ -318,6 +385,11 @@ def run_point(name: str, python: Path, point: dict, sources: Optional[list[Path]
         expected.write_text(json.dumps({"args": point["args"], "spec_rows": point["spec_rows"]}))
         argv = [str(python), str(ROOT / "bench" / "rehearse_torchtitan.py"), point["launch"], str(expected),
                 point["out"]]
+    elif fw.kind == "torchtitan_toml":
+        expected = Path(point["out"]).with_suffix(".expected.json")
+        expected.write_text(json.dumps({"args": point["args"], "spec_rows": point["spec_rows"]}))
+        argv = [str(python), str(ROOT / "bench" / "rehearse_torchtitan_toml.py"), str(expected), point["out"]]
+        env["PYTHONPATH"] = str(ROOT)  # tprimat's audit reader, not torchtitan's tree (the TOMLs are files there)
     elif fw.kind == "primus":
         expected = Path(point["out"]).with_suffix(".expected.json")
         expected.write_text(json.dumps({"overrides": point["expected"], "spec_rows": point["spec_rows"]}))
@@ -393,9 +465,10 @@ def main(argv=None) -> int:
     parser.add_argument("--megatron-deepspeed", type=Path, help="a Megatron-DeepSpeed git directory")
     parser.add_argument("--primus", type=Path, help="an AMD Primus git directory (with --megatron-lm: the "
                         "Megatron-LM commit Primus pins)")
+    parser.add_argument("--torchtitan", type=Path, help=f"a torchtitan git directory (its {TORCHTITAN_TOML_TAG} TOMLs)")
     parser.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
-    repos = {"megatron_lm": args.megatron_lm, "megatron_deepspeed": args.megatron_deepspeed, "primus": args.primus}
+    repos = {key: getattr(args, key) for key in REPOS}
     done = []
     for name in args.framework or list(FRAMEWORKS):
         fw = FRAMEWORKS[name]

@@ -603,3 +603,34 @@ def test_the_plan_counts_the_vocabulary_as_the_framework_pads_it(framework, tp):
     if framework in ("megatron", "megatron_deepspeed"):
         argv = backends.load(framework).launch(spec, plan, Path("launch")).argv
         assert flag_values(argv)["--make-vocab-size-divisible-by"] == "128"
+
+
+# The job config torchtitan 0.2.2's own ConfigManager made of tprimat's toml launch for Llama 3.1 8B,
+# identical_config, 8 x H100 (its to_dict, the sections the audit reads; bench/rehearse.py --framework
+# torchtitan_toml, 2026-11-28): what job.save_config_file writes
+TORCHTITAN_022_SAVED = {
+    "optimizer": {"name": "AdamW", "lr": 0.0003, "beta1": 0.9, "beta2": 0.95, "eps": 1e-08, "weight_decay": 0.1},
+    "lr_scheduler": {"warmup_steps": 10, "min_lr_factor": 0.1, "decay_type": "cosine"},
+    "training": {"local_batch_size": 1, "global_batch_size": 128, "seq_len": 8192,
+                 "mixed_precision_param": "bfloat16", "steps": 50},
+    "parallelism": {"tensor_parallel_degree": 1, "pipeline_parallel_degree": 1, "context_parallel_degree": 1},
+    "job": {"save_config_file": "tprimat_effective_config.json"}}
+
+
+def test_torchtitan_toml_launch_saves_its_job_config_and_the_audit_checks_every_setting(tmp_path):
+    spec, plan = spec_plan(["framework=torchtitan", "framework.flavour=toml", "model=llama", "platform=nvidia",
+                            "platform.gpu=h100", "methodology=identical_config"])
+    backend = backends.load("torchtitan")
+    values = flag_values(backend.launch(spec, plan, tmp_path).argv)
+    assert values["--job.save_config_file"] == TORCHTITAN_022_SAVED["job"]["save_config_file"]
+    assert values["--job.dump_folder"] == str(tmp_path / "torchtitan")
+    (tmp_path / "torchtitan").mkdir()
+    saved = tmp_path / "torchtitan" / values["--job.save_config_file"]
+    saved.write_text(json.dumps(TORCHTITAN_022_SAVED))
+    result = audit(spec, "", [], backend.effective_settings(spec, tmp_path))
+    assert result["passed"] and result["unchecked"] == [] and len(result["checks"]) == 13
+    doctored = json.loads(json.dumps(TORCHTITAN_022_SAVED))
+    doctored["optimizer"]["lr"] = 0.008  # the flavour's own lr, had the override been dropped
+    saved.write_text(json.dumps(doctored))
+    failed = audit(spec, "", [], backend.effective_settings(spec, tmp_path))
+    assert not failed["passed"] and [c["key"] for c in failed["checks"] if not c["ok"]] == ["lr", "min_lr"]

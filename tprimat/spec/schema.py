@@ -119,7 +119,7 @@ class FrameworkConf(Freezable):
     path: Optional[str] = None  # their checkout (else MEGATRON_LM_PATH / PRIMUS_PATH / TORCHTITAN_PATH)
     python: str = "python"  # interpreter of their environment (NeMo: its container's python)
     flavour: str = "nemo2"  # nemo: nemo2 (NeMo 2 llm recipes, containers <= 25.x) | bridge (Megatron-Bridge, 26.x);
-    # torchtitan: registry (>= 0.3, --module/--config) | toml (<= 0.2, --job.config_file)
+    # torchtitan: registry (>= 0.3, --module/--config) | toml (0.2.1-0.2.2, --job.config_file)
     recipe: Optional[str] = None  # their own model config (Primus model YAML, NeMo recipe, torchtitan TOML or module:function)
     extra_args: List[str] = field(default_factory=list)  # appended verbatim to their command line
     timeout_min: float = 240.0  # the run is killed and recorded as failed after this

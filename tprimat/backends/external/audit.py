@@ -67,19 +67,25 @@ def torchtitan_config(lines: list[str]) -> dict:
             cfg = ast.literal_eval(match.group(1))
         except (ValueError, SyntaxError):
             continue
-        get = lambda section, key: (cfg.get(section) or {}).get(key)  # noqa: E731
-        lr = get("optimizer", "lr")
-        factor = get("lr_scheduler", "min_lr_factor")
-        found = {"lr": lr, "weight_decay": get("optimizer", "weight_decay"), "beta1": get("optimizer", "beta1"),
-                 "beta2": get("optimizer", "beta2"), "warmup_steps": get("lr_scheduler", "warmup_steps"),
-                 "min_lr": lr * factor if lr is not None and factor is not None else None,
-                 "global_batch_size": get("training", "global_batch_size"), "seq_length": get("training", "seq_len"),
-                 "micro_batch_size": get("training", "local_batch_size"),
-                 "tp": get("parallelism", "tensor_parallel_degree"), "pp": get("parallelism", "pipeline_parallel_degree"),
-                 "cp": get("parallelism", "context_parallel_degree"),
-                 "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param"))}
-        return {k: v for k, v in found.items() if v is not None}
+        return torchtitan_job_config(cfg)
     return {}
+
+
+def torchtitan_job_config(cfg: dict) -> dict:
+    """torchtitan <= 0.2's JobConfig as a dict (``to_dict``: logged, or saved by ``job.save_config_file``) -> tprimat
+    keys. Its optimizer section is flat (lr, beta1, beta2, weight_decay)."""
+    get = lambda section, key: (cfg.get(section) or {}).get(key)  # noqa: E731
+    lr = get("optimizer", "lr")
+    factor = get("lr_scheduler", "min_lr_factor")
+    found = {"lr": lr, "weight_decay": get("optimizer", "weight_decay"), "beta1": get("optimizer", "beta1"),
+             "beta2": get("optimizer", "beta2"), "warmup_steps": get("lr_scheduler", "warmup_steps"),
+             "min_lr": lr * factor if lr is not None and factor is not None else None,
+             "global_batch_size": get("training", "global_batch_size"), "seq_length": get("training", "seq_len"),
+             "micro_batch_size": get("training", "local_batch_size"),
+             "tp": get("parallelism", "tensor_parallel_degree"), "pp": get("parallelism", "pipeline_parallel_degree"),
+             "cp": get("parallelism", "context_parallel_degree"),
+             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param"))}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def torchtitan_saved_config(cfg: dict) -> dict:

@@ -5,8 +5,10 @@ flavours, because torchtitan changed its configuration surface:
   ``Trainer.Config``. tprimat generates such a module (``launch/tprimat_torchtitan.py``): it starts from
   torchtitan's own function for the model (``llama3_8b``, ...) and sets every value on the config object;
   torchtitan saves the config it finally ran with (``debug.save_config_file``), which the audit reads.
-- ``toml`` (torchtitan <= 0.2): a model TOML from the checkout (``--job.config_file``) plus command-line
-  overrides; torchtitan logs its job config, which the audit reads.
+- ``toml`` (torchtitan 0.2.1 and 0.2.2): a model TOML from the checkout (``--job.config_file``) plus command-line
+  overrides; torchtitan saves the job config it ran with (``job.save_config_file``, new in 0.2.1: 0.2.0 refuses
+  the flag by name), which the audit reads (rehearsed with torchtitan 0.2.2's own ConfigManager:
+  bench/rehearse.py --framework torchtitan_toml).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import pprint
 from pathlib import Path
 
-from tprimat.backends.external.audit import torchtitan_saved_config
+from tprimat.backends.external.audit import torchtitan_job_config, torchtitan_saved_config
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
@@ -168,7 +170,7 @@ class TorchtitanBackend(ExternalBackend):
         flavour, recipe = spec.framework.flavour, spec.framework.recipe
         if flavour not in FLAVOURS:
             return problems + [f"framework.flavour={flavour}: torchtitan's flavours are registry (torchtitan >= 0.3) "
-                               "and toml (torchtitan <= 0.2)"]
+                               "and toml (torchtitan 0.2.1 and 0.2.2)"]
         known = TOML if flavour == "toml" else REGISTRY
         if not recipe and spec.model.name not in known:
             what = "a train_configs TOML" if flavour == "toml" else "a config_registry function as module:function"
@@ -189,7 +191,8 @@ class TorchtitanBackend(ExternalBackend):
         if spec.framework.flavour == "toml":
             toml = spec.framework.recipe or TOML.get(spec.model.name, "")
             argv = [*torchrun(spec), "-m", "torchtitan.train", "--job.config_file", str(root / toml),
-                    *overrides(spec, plan), *spec.framework.extra_args]
+                    *overrides(spec, plan), "--job.dump_folder", str(launch_dir / "torchtitan"),
+                    "--job.save_config_file", SAVED_CONFIG, *spec.framework.extra_args]
             return Launch(argv, cwd=str(root))
         argv = [*torchrun(spec), "-m", "torchtitan.train", "--module", MODULE, "--config", FUNCTION,
                 *spec.framework.extra_args]
@@ -198,11 +201,13 @@ class TorchtitanBackend(ExternalBackend):
                       files={f"{MODULE}.py": config_module(spec, plan, launch_dir / "torchtitan")})
 
     def effective_settings(self, spec: TprimatConf, launch_dir: Path) -> dict:
-        """What torchtitan ran with, from the config it saved after applying every override (registry flavour)."""
+        """What torchtitan ran with, from the config it saved after applying every override (0.3's
+        ``debug.save_config_file``, 0.2's ``job.save_config_file``: the same to_dict, in each release's layout)."""
         path = launch_dir / "torchtitan" / SAVED_CONFIG
-        if spec.framework.flavour != "registry" or not path.exists():
+        if not path.exists():
             return {}
-        return torchtitan_saved_config(json.loads(path.read_text()))
+        read = torchtitan_saved_config if spec.framework.flavour == "registry" else torchtitan_job_config
+        return read(json.loads(path.read_text()))
 
 
 BACKEND = TorchtitanBackend()
