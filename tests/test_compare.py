@@ -364,3 +364,17 @@ def test_compare_reads_ingested_real_logs(tmp_path):
     assert summary["reported_tflops_per_device"] > 0 and summary["reported_flops_convention"]
     assert m["usd_per_1t_tokens"] is not None and m["energy_is_estimate"]
     assert compare(tmp_path, "--out", tmp_path / "report").returncode == 0
+
+
+@pytest.mark.slow
+def test_the_baseline_is_matched_by_spec_identity_not_by_label(real, tmp_path):
+    """A run at half the sequence length prints the baseline's label; it is not that workload, and with nothing
+    else to judge compare says so and exits with the regression code."""
+    root, a, _, _ = real
+    baseline, current = tmp_path / "baseline", tmp_path / "current"
+    write_result(a, baseline)
+    half = derived(a, edit=lambda r: r["spec"]["training"].update(seq_length=r["spec"]["training"]["seq_length"] // 2))
+    write_result(half, current)
+    proc = compare(current, "--baseline", baseline, "--fail-below", "0.95")
+    assert proc.returncode == 3 and "gate ok" not in proc.stdout, proc.stdout
+    assert "no baseline result with the spec identity" in proc.stdout and "nothing to judge" in proc.stdout

@@ -12,7 +12,7 @@ from typing import Optional
 def check(paths: list[str], rebuild_missing: bool = False) -> int:
     """Validate result files (or run directories); a run directory whose result.json is missing but whose
     steps.jsonl survived is reported, or with ``--rebuild`` given a ``failed`` result rebuilt from it."""
-    from tprimat.results.result import RESULT_FILE, validate_result, write_result
+    from tprimat.results.result import RESULT_FILE, check_result, write_result
     from tprimat.results.steplog import STEPS_FILE, rebuild
 
     bad = 0
@@ -30,7 +30,7 @@ def check(paths: list[str], rebuild_missing: bool = False) -> int:
                 print(f"{path}: cannot write the rebuilt result: {exc}")
                 continue
         try:  # as stored: step columns are checked as columns, not made into one object per step first
-            problems = validate_result(json.loads((path / RESULT_FILE if path.is_dir() else path).read_text()))
+            problems = check_result(json.loads((path / RESULT_FILE if path.is_dir() else path).read_text()))
         except (OSError, ValueError) as exc:
             problems = [f"cannot read: {exc}"]
         bad += bool(problems)

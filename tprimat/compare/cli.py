@@ -157,9 +157,15 @@ def run_gate(groups, args) -> int:
     passed, failed, unmatched = gate(groups, baseline_groups, args.fail_below)
     for row in passed:
         print(f"gate ok: {row.label}: {row.ratio:.3f} x baseline")
+    for path, why in base.skipped:
+        print(f"gate: baseline {path} skipped: {why}")
     for label in unmatched:
-        print(f"gate: no baseline for {label}")
+        print(f"gate: no baseline result with the spec identity of {label}")
     for row in failed:
         print(f"REGRESSION: {row.label}: {row.current:,.1f} tokens/s/device is {row.ratio:.3f} x baseline "
               f"{row.baseline:,.1f} (threshold {args.fail_below})")
+    if not passed and not failed:
+        print(f"REGRESSION: nothing to judge: no current group matches any of the {len(baseline_groups)} baseline "
+              "group(s) by spec identity")
+        return EXIT_REGRESSION
     return EXIT_REGRESSION if failed else 0

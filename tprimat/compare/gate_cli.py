@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="growth of the peak memory allowed (default 0.05)")
     parser.add_argument("--min-correlation", type=float, default=0.95,
                         help="Pearson correlation of the loss curves required (default 0.95)")
+    parser.add_argument("--allow-missing", action="append", default=[], choices=["memory"],
+                        help="a figure the golden values or the results lack passes, said (default: fails)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         verdicts = judge(groups, read_golden(Path(args.golden)), args.time_tolerance, args.memory_tolerance,
-                         args.min_correlation)
+                         args.min_correlation, tuple(args.allow_missing))
     except GoldenError as exc:
         print(f"tprimat gate: {exc}")
         return EXIT_BAD_INPUT

@@ -146,49 +146,61 @@ def read_golden(directory: Path) -> dict:
     return data["groups"]
 
 
+def rate_per_device(tokens: list[float], seconds: list[float]) -> Optional[float]:
+    """The median of the steady steps' tokens/s per device (each step's tokens per device over its seconds)."""
+    rates = [t / s for t, s in zip(tokens, seconds) if s > 0]
+    return statistics.median(rates) if rates else None
+
+
 def check_throughput(group: Group, golden: dict, tolerance: float) -> Check:
+    """The tolerance is a hard bound on both figures: a median steady step slower than the golden's by more than
+    it, or tokens/s per device (the result's own tokens, world size and step times) lower by more than it, fails
+    whatever the interval says. Within it, a change the interval calls real is reported, never failed."""
     tokens, seconds = steady(group)
-    if not seconds or not golden.get("steady_seconds"):
+    then_tokens, then_seconds = golden.get("steady_tokens") or [], golden.get("steady_seconds") or []
+    rate_now, rate_then = rate_per_device(tokens, seconds), rate_per_device(then_tokens, then_seconds)
+    if not seconds or not then_seconds or not rate_now or not rate_then:
         return Check("throughput", False, "throughput: no timed steps to compare (current or golden)")
+    slower = statistics.median(seconds) / golden["step_time_s"]
+    rate = rate_now / rate_then
+    text = (f"throughput: median step {slower:.3f}x golden ({statistics.median(seconds):.4g} s vs "
+            f"{golden['step_time_s']:.4g} s), tokens/s per device {rate:.3f}x golden ({rate_now:.4g} vs "
+            f"{rate_then:.4g}), past the first {STEADY_FROM:.0%}; tolerance {tolerance:.0%}")
+    interval = repeat_interval(group, golden)
+    text += f"; {interval[1]}"
+    if slower > 1 + tolerance or rate < 1 - tolerance:
+        worse = [what for what, bad in (("step time", slower > 1 + tolerance),
+                                        ("tokens/s per device", rate < 1 - tolerance)) if bad]
+        return Check("throughput", False, text + f"; rule: hard bound: {' and '.join(worse)} beyond the tolerance")
+    if interval[0] is not None and (interval[0].hi < 1.0 or interval[0].lo > 1.0):
+        return Check("throughput", True, text + "; rule: within the tolerance (the interval calls the change real: "
+                                               "reported, not failed)")
+    return Check("throughput", True, text + "; rule: within the tolerance")
+
+
+def repeat_interval(group: Group, golden: dict) -> tuple[Optional[stats.RepeatsRatio], str]:
+    """Welch's interval on the repeats' rates where there are two or more a side, and how it reads."""
     current_rates, golden_rates = [r.rate for r in group.repeats], golden.get("repeat_rates") or []
-    median_now, median_then = statistics.median(seconds), golden["step_time_s"]
-    slowdown = median_now / median_then - 1
-    text = (f"throughput: median step {median_now:.4g} s vs golden {median_then:.4g} s past the first "
-            f"{STEADY_FROM:.0%} ({slowdown:+.1%}; tolerance {tolerance:.0%} slower)")
     if len(current_rates) < 2 or len(golden_rates) < 2:
-        text += (f"; no significance verdict: {len(golden_rates)} golden and {len(current_rates)} current "
-                 "repeat(s), two a side needed")
-        ok = slowdown <= tolerance
-        return Check("throughput", ok, text + ("" if ok else f": {slowdown:.1%} slower, beyond the tolerance"))
+        return None, (f"no interval: {len(golden_rates)} golden and {len(current_rates)} current repeat(s), two a "
+                      "side needed")
     r = stats.welch_ratio(golden_rates, current_rates)
     if not all(map(math.isfinite, (r.point, r.lo, r.hi))):
-        ok = slowdown <= tolerance
-        return Check("throughput", ok, text + "; no significance verdict: the interval is not finite"
-                     + ("" if ok else f": {slowdown:.1%} slower, beyond the tolerance"))
-    text += (f"; rate {r.point:.3f}x golden, 95% CI {r.lo:.3f}-{r.hi:.3f} ({r.method}, {len(golden_rates)} and "
-             f"{len(current_rates)} repeats)")
-    real = r.hi < 1.0
-    ok = not (slowdown > tolerance and real)
-    if not ok:
-        text += f": {slowdown:.1%} slower, beyond the tolerance and outside the noise"
-    elif slowdown > tolerance:
-        text += ": slower than the tolerance, but within the noise (no verdict of regression)"
-    return Check("throughput", ok, text)
+        return None, "no interval: not finite"
+    return r, (f"repeats' rate {r.point:.3f}x golden, 95% CI {r.lo:.3f}-{r.hi:.3f} ({r.method}, "
+               f"{len(golden_rates)} and {len(current_rates)} repeats)")
 
 
 def tolerance_of(golden_loss: float) -> float:
     return next(tol for floor, tol in LOSS_TIERS if golden_loss > floor)
 
 
-def check_loss(group: Group, golden: dict, min_correlation: float) -> Check:
-    gold = {int(k): v for k, v in golden.get("loss", {}).items()}
-    current = loss_curve(group)
-    lost = lost_losses(group, gold)
-    if lost:
-        return Check("loss", False, lost)
+def curve_problems(gold: dict[int, float], current: dict[int, float], min_correlation: float) -> tuple[list[str], str]:
+    """What is wrong with one loss curve against the golden one (correlation, tiered tolerance, final loss), and
+    how it compares where nothing is."""
     common = sorted(set(gold) & set(current))
     if len(common) < 2:
-        return Check("loss", False, f"loss: {len(common)} steps in common with the golden curve (need 2 or more)")
+        return [f"{len(common)} steps in common with the golden curve (need 2 or more)"], ""
     g, c = np.array([gold[s] for s in common]), np.array([current[s] for s in common])
     problems = []
     if np.std(g) > 0 and np.std(c) > 0:
@@ -207,18 +219,41 @@ def check_loss(group: Group, golden: dict, min_correlation: float) -> Check:
     if abs(final) > FINAL_LOSS:
         problems.append(f"final loss (step {last}) {current[last]:.4f} vs {gold[last]:.4f} ({final:+.1%}, "
                         f"tolerance {FINAL_LOSS:.0%})")
-    if problems:
-        return Check("loss", False, "loss: " + "; ".join(problems))
-    return Check("loss", True, f"loss: correlation {correlation:.4f} over {len(common)} common steps, final "
-                               f"{final:+.2%}")
+    return problems, f"correlation {correlation:.4f} over {len(common)} common steps, final {final:+.2%}"
 
 
-def check_memory(group: Group, golden: dict, tolerance: float) -> Check:
+def check_loss(group: Group, golden: dict, min_correlation: float) -> Check:
+    """Every repeat of every run of the group against the golden curve (its steps, its tolerances)."""
+    gold = {int(k): v for k, v in golden.get("loss", {}).items()}
+    lost = lost_losses(group, gold)
+    if lost:
+        return Check("loss", False, lost)
+    curves = loss_curves(group)
+    if not curves:
+        return Check("loss", False, "loss: no loss curve in the current result")
+    worst = None
+    for name, curve in curves:
+        problems, said = curve_problems(gold, {k: v for k, v in curve.items() if v is not None}, min_correlation)
+        if problems:
+            return Check("loss", False, f"loss: {name}: " + "; ".join(problems)
+                         + (f" ({len(curves)} curves compared)" if len(curves) > 1 else ""))
+        worst = worst or said
+    return Check("loss", True, f"loss: {len(curves)} curve(s) (every repeat of every run) within the golden's "
+                               f"tolerances; the first: {worst}")
+
+
+def check_memory(group: Group, golden: dict, tolerance: float, allow_missing: bool = False) -> Check:
+    """The group's peak against the golden's: a figure on one side only cannot be judged, a failure unless
+    ``--allow-missing memory`` was given (then said, and passed)."""
     current, gold = peak_memory(group), golden.get("peak_memory_gib")
-    if current is None and gold:
-        return Check("memory", False, f"memory: no peak recorded where the golden run has {gold:.3f} GiB")
-    if not gold:
-        return Check("memory", True, "memory: the golden run recorded no peak: not checked")
+    if current is None and not gold:
+        return Check("memory", True, "memory: no peak recorded, here or in the golden run: not checked")
+    if current is None or not gold:
+        where = (f"no peak recorded where the golden run has {gold:.3f} GiB" if current is None else
+                 f"the golden run recorded no peak: {current:.3f} GiB now cannot be judged")
+        return Check("memory", allow_missing, f"memory: {where}"
+                     + ("; allowed by --allow-missing memory" if allow_missing else
+                        " (--allow-missing memory accepts that)"))
     ratio = current / gold
     ok = ratio <= 1 + tolerance
     text = f"memory: peak {current:.3f} GiB is {ratio:.3f}x golden {gold:.3f} GiB (tolerance {tolerance:.0%} more)"
@@ -226,7 +261,7 @@ def check_memory(group: Group, golden: dict, tolerance: float) -> Check:
 
 
 def judge(groups: list[Group], golden: dict, time_tolerance: float, memory_tolerance: float,
-          min_correlation: float) -> list[Verdict]:
+          min_correlation: float, allow_missing: tuple[str, ...] = ()) -> list[Verdict]:
     """One verdict per current workload and one per golden workload with no current result."""
     verdicts = []
     for group in groups:
@@ -238,7 +273,8 @@ def judge(groups: list[Group], golden: dict, time_tolerance: float, memory_toler
             continue
         verdicts.append(Verdict(group.label, [check_throughput(group, gold, time_tolerance),
                                               check_loss(group, gold, min_correlation),
-                                              check_memory(group, gold, memory_tolerance)]))
+                                              check_memory(group, gold, memory_tolerance,
+                                                           "memory" in allow_missing)]))
     missing = missing_verdicts(golden, {g.identity for g in groups})
     told_apart([(v, identifying(g.spec)) for v, g in zip(verdicts, groups) if g.identity not in golden] + missing)
     return verdicts + [v for v, _ in missing]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tprimat.compare.sane import problem
-from tprimat.results.result import from_json, validate_result
+from tprimat.results.result import check_result, from_json
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ def load(paths: list[str]) -> LoadReport:
             error = str(data.get("error") or "").strip().splitlines()
             report.skipped.append((path, f"status {data['status']}" + (f": {error[0][:200]}" if error else "")))
             continue
-        problems = validate_result(data)  # what tprimat check says of it
+        problems = check_result(data)  # what tprimat check says of it
         if problems:
-            report.skipped.append((path, f"does not match the result schema: {problems[0]}"))
+            report.skipped.append((path, f"refused by tprimat check: {problems[0]}"))
             continue
         try:
             data = from_json(data)  # stored step columns (schema 2.0) as rows

@@ -66,6 +66,7 @@ def problem(result: dict) -> Optional[str]:
         for name in STEP_NUMBERS:
             if why := number_problem(f"steps[{i}].{name}", step.get(name), positive=name == "step_time_s"):
                 return why
-        if step.get("tokens") is not None and step["tokens"] < 0:
-            return f"steps[{i}].tokens is negative"
+        for name in ("tokens", "memory_gib", "peak_memory_gib"):
+            if step.get(name) is not None and step[name] < 0:
+                return f"steps[{i}].{name} is {step[name]!r}: negative"
     return None

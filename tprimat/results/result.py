@@ -24,7 +24,7 @@ from typing import Optional
 import orjson
 
 from tprimat.logs.stepcolumns import StepColumns
-from tprimat.results import columns, shapes
+from tprimat.results import columns, consistent, shapes
 
 SCHEMA_VERSION = "2.0"
 STATUSES = ("ok", "failed", "invalid", "dry_run")
@@ -127,6 +127,12 @@ def validate_result(result: dict) -> list[str]:
                for i in group for e in one_step.iter_errors(row(i))]
     return [f"{'/'.join(str(p) for p in path) or '<root>'}: {message}"
             for path, message in sorted(errors, key=lambda e: e[0])]
+
+
+def check_result(result: dict) -> list[str]:
+    """What ``tprimat check`` says of a result, and what every reader admits by: the schema
+    (``validate_result``), then a well-formed result's agreement with itself (``consistent.problems``)."""
+    return validate_result(result) or consistent.problems(result)
 
 
 STEP_ROW = {"$ref": "#/$defs/step"}  # one step as a row: the i-th value of every column
