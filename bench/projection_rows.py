@@ -29,9 +29,13 @@ def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, sourc
         family=None):
     """One published row as the overrides that express it; ``model``: a config name or a list of overrides."""
     model_overrides = [f"model={model}"] if isinstance(model, str) else list(model)
+    # every degree the row does not name is 1, stated: a methodology's tuned layout (maximum_performance's CP 2 on
+    # H100) must not leak into a published row (two Megatron-Bridge FSDP rows composed with CP 2 until 2026-11-28)
+    unnamed = [f"parallelism.{key}=1" for key in ("tp", "pp", "cp", "vp")
+               if not any(o.startswith(f"parallelism.{key}=") for o in layout)]
     overrides = [f"platform={platform}", f"platform.gpu={gpu}", *model_overrides, f"framework={framework}",
                  SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
-                 f"training.precision={precision}", *nodes(gpus), *layout]
+                 f"training.precision={precision}", *nodes(gpus), *unnamed, *layout]
     return {"name": name, "overrides": overrides, "published": published, "source": source, "family": family or name}
 
 

@@ -136,6 +136,7 @@ def test_srun_one_task_per_rank(cluster, tmp_path):
 SHAPED_MBIT = 400  # node links shaped with tc tbf: 400 Mbit/s = 0.05 GB/s each way
 
 
+@pytest.mark.exclusive  # the real 2-node run alone on the cores: beside the other worker it slowed by +81%
 def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_nodes_slice(cluster, tmp_path):
     """With both nodes' links shaped to 400 Mbit/s, `tprimat preflight` run as two ranks across the nodes measures
     the all-reduce bus bandwidth within 20% of the shaped rate (a 2-rank ring moves the buffer once each way:
@@ -171,8 +172,8 @@ def test_a_shaped_link_is_measured_and_the_two_node_step_projected_from_one_node
         error = point["projection"]["tokens_per_s_per_device"] / measured - 1
         print(f"2-node projection from one node's slice + preflight: error {error:+.1%} against the real run")
         # +40% to +50% on a quiet machine (docs/benchmarks.md: the all-reduce is not hidden behind the backward on a
-        # one-core rank); beside the other test worker the real run slows (+81% seen): optimistic, and bounded
-        assert 0 < error < 1.5, error
+        # one-core rank): a projection off by half either way (-50%: half the real rate; +100%: twice it) fails
+        assert -0.35 < error < 0.75, error
     finally:
         for node in (1, 2):
             cluster.shape(node, None)
