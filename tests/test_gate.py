@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import ROOT, run_inprocess
+from tprimat.results.result import write_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # seven real training runs; the half-core slowdown needs the cores
 
@@ -66,7 +68,7 @@ def train(directory, overrides, threads=None):
         result = run_inprocess(directory, overrides).result
     finally:
         torch.set_num_threads(before)
-    (directory / "result.json").write_text(json.dumps(result))
+    write_result(result, directory)  # as a run writes it (orjson: a non-finite loss as null, never NaN)
     return result
 
 
@@ -277,3 +279,61 @@ def test_memory_golden_without_a_figure_or_negative_fails_unless_allowed(runs, t
     doctored(tmp_path / "negative", made["rerun"], lambda step: step.update(peak_memory_gib=-1.0))
     code, out, _ = gate(tmp_path / "negative", "--golden", root / "golden_values")
     assert code == 1 and failed(out) == ["FAILED skipped", "FAILED missing"] and "negative" in out[0], out
+
+
+def battery(made) -> dict:
+    """Broken result files, each as a user or a tool could leave one, and a word of the reason it must be refused
+    for (by the rule it breaks, not by what the code prints)."""
+    good = made["rerun"]
+    text = json.dumps(good)
+
+    def edited(edit):
+        copied = copy.deepcopy(good)
+        edit(copied)
+        return json.dumps(copied)
+
+    first_measured = next(i for i, s in enumerate(good["steps"]) if not s["warmup"])
+    return {
+        "zero_steps": (edited(lambda r: r["summary"].update(measured_steps=0)), "summary"),
+        "all_warmup": (edited(lambda r: [s.update(warmup=True) for s in r["steps"]]), "warm-up"),
+        "dup_status": (text.replace('"status": "ok"', '"status": "failed", "status": "ok"', 1), "twice"),
+        "nested": ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+        "nan_literal": (text.replace('"loss": ' + json.dumps(good["steps"][1]["loss"]), '"loss": NaN', 1), "NaN"),
+        "spec_null": (edited(lambda r: r.update(spec=None)), "spec"),
+        "int_platform": (edited(lambda r: r["spec"]["platform"].update(name=7)), "spec.platform.name"),
+        "huge_tokens": (text.replace('"tokens": ' + json.dumps(good["steps"][first_measured]["tokens"]),
+                                     '"tokens": 1' + "0" * 400, 1), "float range"),
+        "stated_rate": (edited(lambda r: r["summary"].update(tokens_per_s_per_device=2 * r["summary"][
+            "tokens_per_s_per_device"])), "tokens_per_s_per_device"),
+        "no_status": (edited(lambda r: r.pop("status")), "status"),
+        "no_schema": (edited(lambda r: r.pop("schema_version")), "schema_version"),
+        "array": (json.dumps([good]), "list"),
+    }
+
+
+def test_check_refuses_each_broken_file_by_name_and_the_gate_and_compare_skip_it(runs, tmp_path):
+    root, made = runs
+    mix = tmp_path / "mix"
+    for name, (text, reason) in battery(made).items():
+        (mix / name).mkdir(parents=True)
+        (mix / name / "result.json").write_text(text)
+        proc = subprocess.run([sys.executable, "-m", "tprimat", "check", str(mix / name / "result.json")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "INVALID" in proc.stdout and reason in proc.stdout, (name, proc.stdout[-600:])
+        assert "Traceback" not in proc.stderr, (name, proc.stderr[-600:])
+    (mix / "fifo").mkdir()
+    os.mkfifo(mix / "fifo" / "result.json")  # read, it would block every reader forever
+    (mix / "good").mkdir()
+    (mix / "good" / "result.json").write_text(json.dumps(made["rerun"]))
+    doctored_same_id = copy.deepcopy(made["rerun"])
+    doctored_same_id["steps"][-1]["loss"] *= 0.5
+    (mix / "same_id").mkdir()
+    (mix / "same_id" / "result.json").write_text(json.dumps(doctored_same_id))  # the run's id, other contents
+    code, out, err = gate(mix, "--golden", root / "golden_values")
+    skipped = {Path(line.split(": ")[1]).parent.name for line in out if line.startswith("FAILED skipped")}
+    assert code == 1 and "Traceback" not in err, out
+    assert skipped == {*battery(made), "fifo", "same_id", "good"}, sorted(skipped)  # a conflict reads neither
+    assert any("conflict" in line for line in out if "same_id" in line), out
+    proc = subprocess.run([sys.executable, "-m", "tprimat", "compare", str(mix)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert "Traceback" not in proc.stderr and proc.stderr.count("skipped ") == len(skipped), proc.stderr[-3000:]

@@ -12,6 +12,7 @@ from typing import Optional
 def check(paths: list[str], rebuild_missing: bool = False) -> int:
     """Validate result files (or run directories); a run directory whose result.json is missing but whose
     steps.jsonl survived is reported, or with ``--rebuild`` given a ``failed`` result rebuilt from it."""
+    from tprimat.results.readfile import UnreadableFile, read_json
     from tprimat.results.result import RESULT_FILE, check_result, write_result
     from tprimat.results.steplog import STEPS_FILE, rebuild
 
@@ -30,9 +31,9 @@ def check(paths: list[str], rebuild_missing: bool = False) -> int:
                 print(f"{path}: cannot write the rebuilt result: {exc}")
                 continue
         try:  # as stored: step columns are checked as columns, not made into one object per step first
-            problems = check_result(json.loads((path / RESULT_FILE if path.is_dir() else path).read_text()))
-        except (OSError, ValueError) as exc:
-            problems = [f"cannot read: {exc}"]
+            problems = check_result(read_json(path / RESULT_FILE if path.is_dir() else path))
+        except UnreadableFile as exc:
+            problems = [str(exc)]
         bad += bool(problems)
         print(f"{path}: {'ok' if not problems else 'INVALID'}")
         for line in said_once(problems):

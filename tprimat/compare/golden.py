@@ -30,6 +30,7 @@ import numpy as np
 
 from tprimat.compare import stats
 from tprimat.compare.groups import Group, flat
+from tprimat.results.readfile import UnreadableFile, read_json
 from tprimat.spec.build import IDENTITY_EXCLUDES
 
 GOLDEN_FILE = "golden.json"
@@ -132,12 +133,12 @@ def write_golden(groups: list[Group], directory: Path) -> Path:
 
 def read_golden(directory: Path) -> dict:
     path = directory / GOLDEN_FILE
+    if not path.exists():
+        raise GoldenError(f"--golden {directory}: cannot read {GOLDEN_FILE}: No such file or directory")
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise GoldenError(f"--golden {directory}: cannot read {GOLDEN_FILE}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise GoldenError(f"--golden {directory}: {GOLDEN_FILE} is not JSON: {exc}") from None
+        data = read_json(path)
+    except UnreadableFile as exc:
+        raise GoldenError(f"--golden {directory}: {GOLDEN_FILE}: {exc}") from None
     if isinstance(data, dict) and data.get("version") == 1:
         raise GoldenError(f"--golden {directory}: {GOLDEN_FILE} is version 1, keyed by printed labels that two "
                           "workloads can share; write it again with --write-golden")
@@ -163,8 +164,8 @@ def check_throughput(group: Group, golden: dict, tolerance: float) -> Check:
         return Check("throughput", False, "throughput: no timed steps to compare (current or golden)")
     slower = statistics.median(seconds) / golden["step_time_s"]
     rate = rate_now / rate_then
-    text = (f"throughput: median step {slower:.3f}x golden ({statistics.median(seconds):.4g} s vs "
-            f"{golden['step_time_s']:.4g} s), tokens/s per device {rate:.3f}x golden ({rate_now:.4g} vs "
+    text = (f"throughput: median step {slower:.4g}x golden ({statistics.median(seconds):.4g} s vs "
+            f"{golden['step_time_s']:.4g} s), tokens/s per device {rate:.4g}x golden ({rate_now:.4g} vs "
             f"{rate_then:.4g}), past the first {STEADY_FROM:.0%}; tolerance {tolerance:.0%}")
     interval = repeat_interval(group, golden)
     text += f"; {interval[1]}"

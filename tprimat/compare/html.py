@@ -19,8 +19,8 @@ from tprimat.compare.flags import counted
 from tprimat.compare.groups import Group
 from tprimat.compare.plots import COLOURS
 from tprimat.compare.plots import OTHER_COLOUR as OTHER
-from tprimat.compare.sane import number_problem
 from tprimat.compare.speedups import Speedup
+from tprimat.results.sane import number_problem
 
 PLATFORM_COLOURS, OTHER_COLOUR = COLOURS, OTHER  # one palette for the PNGs and the page
 PRECISION_SYMBOLS = {"bf16": "circle", "fp32": "square", "fp8": "diamond"}  # the PNGs' MARKERS, in Plotly's names

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tprimat.compare.sane import problem
-from tprimat.results.result import check_result, from_json
+from tprimat.results.readfile import UnreadableFile, read_json
+from tprimat.results.result import RESULT_FILE, check_result, from_json
+from tprimat.results.sane import problem
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,18 @@ class LoadReport:
     notes: list[str] = field(default_factory=list)  # what was read once though found twice
 
 
+RESULT_KEYS = {"schema_version", "status", "run_id", "spec", "steps", "summary"}  # what marks a file as a result
+
+
 def candidate_files(paths: list[str]) -> list[Path]:
+    """Every JSON file under the paths (W&B's own files left out), and every path named, whatever it is: the
+    reader refuses what is not a regular file, by name."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             files += sorted(p for p in path.rglob("*.json") if "wandb" not in p.parts)
-        elif path.exists():
+        elif path.exists() or path.is_symlink():
             files.append(path)
     return files
 
@@ -44,43 +49,64 @@ def measured_problem(result: dict) -> str | None:
     return None
 
 
+def cut(text: str, chars: int = 300) -> str:
+    """A reason on one line, at most ``chars`` long (jsonschema quotes whole objects)."""
+    line = " ".join(text.split())
+    return line if len(line) <= chars else line[:chars] + " ..."
+
+
+def looks_like_a_result(path: Path, data) -> bool:
+    """A file named result.json, or an object with any of a result's keys: refused by name where it is broken. Any
+    other JSON (a DeepSpeed config, a Hydra dump) is noted and left."""
+    return path.name == RESULT_FILE or (isinstance(data, dict) and bool(RESULT_KEYS & set(data)))
+
+
 def load(paths: list[str]) -> LoadReport:
     """The results under ``paths`` that ``tprimat check`` accepts and compare can read, each run once (by its
-    ``run_id``); every other result file is in ``skipped`` with why."""
+    ``run_id``); every other result file is in ``skipped`` with why (a run_id read twice with different contents
+    is a conflict: the second is skipped), every other JSON file in ``notes``."""
     report = LoadReport([], [], [])
-    seen: dict[str, Path] = {}
+    seen: dict[str, tuple[Path, dict]] = {}
     for path in candidate_files(paths):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            report.skipped.append((path, f"not JSON: {exc}"))
+            data = read_json(path)
+        except UnreadableFile as exc:
+            report.skipped.append((path, str(exc)))
             continue
         if isinstance(data, dict) and data.get("kind") == "tprimat_preflight":
             report.preflights.append(data)
             continue
-        if not isinstance(data, dict) or "schema_version" not in data or "status" not in data:
-            continue  # some other JSON file (a DeepSpeed config, a Hydra dump)
-        if data.get("status") != "ok":
+        if not looks_like_a_result(path, data):
+            report.notes.append(f"{path}: not a tprimat result (JSON of another kind): not read")
+            continue
+        if isinstance(data, dict) and data.get("status") not in ("ok", None):
             error = str(data.get("error") or "").strip().splitlines()
             report.skipped.append((path, f"status {data['status']}" + (f": {error[0][:200]}" if error else "")))
             continue
         problems = check_result(data)  # what tprimat check says of it
         if problems:
-            report.skipped.append((path, f"refused by tprimat check: {problems[0]}"))
+            report.skipped.append((path, f"refused by tprimat check: {cut(problems[0])}"))
             continue
         try:
-            data = from_json(data)  # stored step columns (schema 2.0) as rows
+            result = from_json(data)  # stored step columns (schema 2.0) as rows
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             report.skipped.append((path, f"does not match the result schema: {type(exc).__name__}: {exc}"))
             continue
-        if why := problem(data) or measured_problem(data):
+        if why := problem(result) or measured_problem(result):
             report.skipped.append((path, f"cannot be compared: {why}"))
             continue
-        run_id = data.get("run_id")
+        run_id = result.get("run_id")
         if run_id and run_id in seen:
-            report.notes.append(f"{path}: run_id {run_id} already read from {seen[run_id]}: counted once")
+            first, contents = seen[run_id]
+            if contents == data:
+                report.notes.append(f"{path}: run_id {run_id} already read from {first}: counted once")
+            else:  # which one is the run cannot be told: neither is read
+                said = "(a copy edited after the run?): neither is read"
+                report.results = [r for r in report.results if r.path != first]
+                report.skipped += [(first, f"conflict: run_id {run_id} is also in {path} with other contents {said}"),
+                                   (path, f"conflict: run_id {run_id} is also in {first} with other contents {said}")]
             continue
         if run_id:
-            seen[run_id] = path
-        report.results.append(Loaded(path, data))
+            seen[run_id] = (path, data)
+        report.results.append(Loaded(path, result))
     return report

@@ -12,12 +12,13 @@ and flagged, never scored as if complete.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from tprimat.results.readfile import UnreadableFile, read_json
 
 # Runs per result and quality targets (lower is better), MLPerf Training v5.1 rules (training_rules.adoc: "Benchmark
 # results" and the quality-target table): Llama 3.1 8B pretraining to eval log perplexity 3.3, Llama 2 70B LoRA to
@@ -229,9 +230,9 @@ def read_all(paths: list[str]) -> list[tuple[str, dict]]:
         root = Path(raw)
         files = [root] if root.is_file() else sorted(root.rglob("result.json"))
         for file in files:
-            try:
-                data = json.loads(file.read_text())
-            except (OSError, ValueError):
+            try:  # the reader every compare path shares: regular files, strict JSON (load() says why it skips)
+                data = read_json(file)
+            except UnreadableFile:
                 continue
             if isinstance(data, dict):
                 found.append((str(file), data))

@@ -19,13 +19,19 @@ def measured_steps(steps) -> list[tuple[float, float]]:
     return [(tokens, seconds) for warmup, seconds, tokens in rows if not warmup and seconds and tokens]
 
 
+def all_warmup(steps) -> bool:
+    flags = (steps.get("warmup") or []) if isinstance(steps, dict) else [
+        s.get("warmup") for s in steps or [] if isinstance(s, dict)]
+    return bool(flags) and all(flags)
+
+
 def problems(result: dict) -> list[str]:
     if not isinstance(result, dict):
         return []
     summary, plan = result.get("summary") or {}, result.get("plan") or {}
     steps = measured_steps(result.get("steps"))
-    if result.get("status") == "ok" and summary.get("measured_steps") == 0:
-        return ["summary/measured_steps: 0 in a result with status ok (nothing was measured)"]
+    if result.get("status") == "ok" and (summary.get("measured_steps") == 0 or all_warmup(result.get("steps"))):
+        return ["status ok, but no step was measured (summary.measured_steps 0, or every step a warm-up)"]
     source = (summary.get("provenance") or {}).get("tokens_per_s_per_device")
     world, stated = plan.get("world_size"), summary.get("tokens_per_s_per_device")
     if source not in ("measured", "computed") or not steps or not isinstance(world, int) or world < 1:

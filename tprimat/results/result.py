@@ -24,7 +24,7 @@ from typing import Optional
 import orjson
 
 from tprimat.logs.stepcolumns import StepColumns
-from tprimat.results import columns, consistent, shapes
+from tprimat.results import columns, consistent, sane, shapes
 
 SCHEMA_VERSION = "2.0"
 STATUSES = ("ok", "failed", "invalid", "dry_run")
@@ -129,10 +129,21 @@ def validate_result(result: dict) -> list[str]:
             for path, message in sorted(errors, key=lambda e: e[0])]
 
 
-def check_result(result: dict) -> list[str]:
-    """What ``tprimat check`` says of a result, and what every reader admits by: the schema
-    (``validate_result``), then a well-formed result's agreement with itself (``consistent.problems``)."""
-    return validate_result(result) or consistent.problems(result)
+def check_result(result) -> list[str]:
+    """What ``tprimat check`` says of a result, and what every reader admits by: an object, the schema
+    (``validate_result``), values a reader can use (``sane.problem``: texts where labels are read, finite numbers
+    in the float range), and a well-formed result's agreement with itself (``consistent.problems``)."""
+    if not isinstance(result, dict):
+        return [f"<root>: the top level is {type(result).__name__}, not a result object"]
+    found = validate_result(result)
+    if found:
+        return found
+    try:
+        rows = from_json(result)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        return [f"steps: cannot be read as rows: {type(exc).__name__}: {exc}"]
+    why = sane.problem(rows)
+    return [why] if why else consistent.problems(result)
 
 
 STEP_ROW = {"$ref": "#/$defs/step"}  # one step as a row: the i-th value of every column
