@@ -48,6 +48,9 @@ def check_overrides(overrides: list[str], presets_too: bool = True) -> None:
     one line each, for every entry point (``launch.py``, ``tprimat plan`` / ``project``, sweeps)."""
     for arg in overrides:
         key, eq, value = arg.partition("=")
+        if eq and not key.lstrip("+~").strip():
+            raise OverrideError(f"{arg[:80]}: an override needs a key before '=' (key=value, e.g. "
+                                "training.max_steps=5)")
         if len(arg) > MAX_OVERRIDE_CHARS:
             raise OverrideError(f"{key[:60]}=<{len(value)} characters>: an override must be at most "
                                 f"{MAX_OVERRIDE_CHARS} characters")

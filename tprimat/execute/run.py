@@ -69,6 +69,10 @@ def execute(config: dict, run_dir: Path, overrides: Optional[list] = None) -> Ou
         log.warning(warning)
     if prepared.backend_problems:  # the spec's own rules: a dry run refuses what a launch refuses
         return _invalid(prepared.backend_problems, run_dir, common, spec_dict, plan_dict, framework)
+    if spec.dry_run and spec.platform.name == "cpu":  # planned for this machine: refused as its launch would be
+        env = rank_env() if prepared.plan.world_size > 1 and not backend.launches_own_ranks else None
+        if problems := _rank_problems(prepared, env):
+            return _invalid(problems, run_dir, common, spec_dict, plan_dict, framework)
     if spec.dry_run:
         return _dry_run(prepared, plan_dict, framework, run_dir, common)
     missing = backend.check_install(spec, prepared.plan)  # this machine's installation: at launch only

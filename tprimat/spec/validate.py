@@ -35,6 +35,8 @@ CHOICES = {
     "training.optimizer.name": ("adamw",),
     "logging.wandb.mode": ("offline", "online", "disabled"),
     "benchmark.projection": ("roofline", "measured-slice"),
+    # a platform's tuned precision becomes training.precision under maximum_performance: named where it is set
+    "platform.tuned.precision": ("bf16", "fp32", "fp8", "auto"),
 }
 DRY_RUN = (False, True, "deep")  # deep: also build the native layout in a fake world and trace its memory
 # the frameworks whose configuration surface changed between releases: which one a run targets
@@ -45,6 +47,7 @@ POSITIVE = (
     "training.max_steps", "benchmark.repeats", "logging.log_every_steps", "model.num_layers",
     "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads", "model.num_kv_heads",
     "model.head_dim", "model.vocab_size", "model.max_position_embeddings", "model.vocab_pad_multiple",
+    "model.rope_original_max_position",  # Llama 3.1's RoPE scaling divides by it
 )
 POSITIVE_REAL = ("training.optimizer.eps", "model.rope_theta", "model.rms_norm_eps", "model.rope_low_freq_factor",
                  "model.rope_high_freq_factor", "model.rope_scaling_factor", "platform.price_per_device_hour_usd",
@@ -59,6 +62,9 @@ UPPER_BOUNDS = {"model.hidden_size": 65_536, "model.ffn_hidden_size": 262_144, "
                 "model.num_attention_heads": 1_024, "model.num_kv_heads": 1_024, "model.head_dim": 4_096,
                 "model.vocab_size": 4_194_304, "model.max_position_embeddings": 33_554_432,
                 "training.seq_length": 33_554_432}
+# The largest scale-up domain tprimat's hardware table holds: GB200 / GB300 NVL72, 72 GPUs behind one NVLink switch
+# (tprimat/spec/hardware.py); a node of more devices is a typo, named as such before the batch rule it breaks
+MAX_DEVICES_PER_NODE = 72
 NON_NEGATIVE = ("benchmark.warmup_steps", "training.optimizer.warmup_steps", "training.optimizer.weight_decay",
                 "training.optimizer.grad_clip", "training.optimizer.min_lr")
 
@@ -72,13 +78,23 @@ def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> 
             + check_wandb(spec, dry_run))
 
 
+# W&B's own rule for a project name (wandb/sdk/wandb_settings.py, Settings.validate_project): its client raises
+# UsageError at wandb.init, after the model is built, and the run ends with no result.json
+WANDB_PROJECT_CHARS, WANDB_PROJECT_MAX = "/\\#?%:", 128
+
+
 def check_wandb(spec: TprimatConf, dry_run: bool) -> list[str]:
-    """W&B online needs credentials before anything trains (else the W&B client's traceback, and no result); a dry
-    run refuses what the launch would."""
-    if spec.logging.wandb.mode != "online" or wandb_credentials():
-        return []
-    return ["logging.wandb.mode=online: no W&B credentials (set WANDB_API_KEY or run `wandb login`); "
-            "logging.wandb.mode=offline records the run locally for `wandb sync` later"]
+    """W&B's rules before anything trains (else the W&B client's traceback, and no result); a dry run refuses what
+    the launch would: the project name, and credentials for online."""
+    wandb, problems = spec.logging.wandb, []
+    if wandb.mode != "disabled" and (set(WANDB_PROJECT_CHARS) & set(wandb.project or "")
+                                     or len(wandb.project or "") > WANDB_PROJECT_MAX or not wandb.project):
+        problems.append(f"logging.wandb.project={wandb.project}: W&B project names are 1-{WANDB_PROJECT_MAX} "
+                        f"characters without any of {' '.join(WANDB_PROJECT_CHARS)}")
+    if wandb.mode == "online" and not wandb_credentials():
+        problems.append("logging.wandb.mode=online: no W&B credentials (set WANDB_API_KEY or run `wandb login`); "
+                        "logging.wandb.mode=offline records the run locally for `wandb sync` later")
+    return problems
 
 
 def check_options(spec: TprimatConf) -> list[str]:
@@ -152,6 +168,10 @@ def check_ranges(spec: TprimatConf) -> list[str]:
     problems += [f"{key}={get(spec, key)}: must be <= {bound:,} (at least twice the largest published decoder's; "
                  "tprimat.spec.validate.UPPER_BOUNDS)" for key, bound in UPPER_BOUNDS.items()
                  if get(spec, key) is not None and get(spec, key) > bound]
+    if spec.platform.devices_per_node > MAX_DEVICES_PER_NODE:
+        problems.append(f"platform.devices_per_node={spec.platform.devices_per_node}: must be <= "
+                        f"{MAX_DEVICES_PER_NODE} (the largest scale-up domain in the hardware table, an NVL72); more "
+                        "devices are more nodes (platform.nodes)")
     opt = spec.training.optimizer
     if opt.lr <= 0:
         problems.append(f"training.optimizer.lr={opt.lr}: must be > 0")
