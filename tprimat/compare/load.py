@@ -61,52 +61,58 @@ def looks_like_a_result(path: Path, data) -> bool:
     return path.name == RESULT_FILE or (isinstance(data, dict) and bool(RESULT_KEYS & set(data)))
 
 
+def read_one(path: Path, report: LoadReport) -> dict | None:
+    """The file's result as compare reads it (its steps as rows), or None with why in ``report``."""
+    try:
+        data = read_json(path)
+    except UnreadableFile as exc:
+        report.skipped.append((path, str(exc)))
+        return None
+    if isinstance(data, dict) and data.get("kind") == "tprimat_preflight":
+        report.preflights.append(data)
+        return None
+    if not looks_like_a_result(path, data):
+        report.notes.append(f"{path}: not a tprimat result (JSON of another kind): not read")
+        return None
+    if isinstance(data, dict) and data.get("status") not in ("ok", None):
+        error = str(data.get("error") or "").strip().splitlines()
+        report.skipped.append((path, f"status {data['status']}" + (f": {error[0][:200]}" if error else "")))
+        return None
+    problems = check_result(data)  # what tprimat check says of it
+    if problems:
+        report.skipped.append((path, f"refused by tprimat check: {cut(problems[0])}"))
+        return None
+    try:
+        result = from_json(data)  # stored step columns (schema 2.0) as rows
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        report.skipped.append((path, f"does not match the result schema: {type(exc).__name__}: {exc}"))
+        return None
+    if why := problem(result) or measured_problem(result):
+        report.skipped.append((path, f"cannot be compared: {why}"))
+        return None
+    return result
+
+
 def load(paths: list[str]) -> LoadReport:
     """The results under ``paths`` that ``tprimat check`` accepts and compare can read, each run once (by its
     ``run_id``); every other result file is in ``skipped`` with why (a run_id read twice with different contents
-    is a conflict: the second is skipped), every other JSON file in ``notes``."""
+    is a conflict: neither is read), every other JSON file in ``notes``."""
     report = LoadReport([], [], [])
-    seen: dict[str, tuple[Path, dict]] = {}
+    seen: dict[str, Loaded] = {}
     for path in candidate_files(paths):
-        try:
-            data = read_json(path)
-        except UnreadableFile as exc:
-            report.skipped.append((path, str(exc)))
-            continue
-        if isinstance(data, dict) and data.get("kind") == "tprimat_preflight":
-            report.preflights.append(data)
-            continue
-        if not looks_like_a_result(path, data):
-            report.notes.append(f"{path}: not a tprimat result (JSON of another kind): not read")
-            continue
-        if isinstance(data, dict) and data.get("status") not in ("ok", None):
-            error = str(data.get("error") or "").strip().splitlines()
-            report.skipped.append((path, f"status {data['status']}" + (f": {error[0][:200]}" if error else "")))
-            continue
-        problems = check_result(data)  # what tprimat check says of it
-        if problems:
-            report.skipped.append((path, f"refused by tprimat check: {cut(problems[0])}"))
-            continue
-        try:
-            result = from_json(data)  # stored step columns (schema 2.0) as rows
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-            report.skipped.append((path, f"does not match the result schema: {type(exc).__name__}: {exc}"))
-            continue
-        if why := problem(result) or measured_problem(result):
-            report.skipped.append((path, f"cannot be compared: {why}"))
+        result = read_one(path, report)
+        if result is None:
             continue
         run_id = result.get("run_id")
-        if run_id and run_id in seen:
-            first, contents = seen[run_id]
-            if contents == data:
-                report.notes.append(f"{path}: run_id {run_id} already read from {first}: counted once")
-            else:  # which one is the run cannot be told: neither is read
-                said = "(a copy edited after the run?): neither is read"
-                report.results = [r for r in report.results if r.path != first]
-                report.skipped += [(first, f"conflict: run_id {run_id} is also in {path} with other contents {said}"),
-                                   (path, f"conflict: run_id {run_id} is also in {first} with other contents {said}")]
-            continue
-        if run_id:
-            seen[run_id] = (path, data)
-        report.results.append(Loaded(path, result))
+        first = seen.get(run_id) if run_id else None
+        if first is None:
+            seen[run_id] = Loaded(path, result)
+            report.results.append(seen[run_id])
+        elif first.result == result:
+            report.notes.append(f"{path}: run_id {run_id} already read from {first.path}: counted once")
+        else:  # which one is the run cannot be told: neither is read
+            said = "(a copy edited after the run?): neither is read"
+            report.results = [r for r in report.results if r.path != first.path]
+            report.skipped += [(first.path, f"conflict: run_id {run_id} is also in {path} with other contents {said}"),
+                               (path, f"conflict: run_id {run_id} is also in {first.path} with other contents {said}")]
     return report
