@@ -70,6 +70,8 @@ class Framework:
     published: tuple[tuple[str, tuple[str, ...]], ...] = ()  # its published layouts: (label, overrides)
     # requirements published for Python 3.12 only (PYTHON312): their 3.12 wheels unpacked into this 3.11 environment
     python312: tuple[str, ...] = ()
+    # packages its installs pull in that cannot load on this CPU build of torch and that nothing rehearsed imports
+    uninstall: tuple[str, ...] = ()
 
 
 # The spec's own values and where each framework holds them once finalised: read from the run spec and plan of the
@@ -157,7 +159,10 @@ FRAMEWORKS = {
           "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core>=1.3.4,<1.4", "einops", "packaging",
           "triton==3.9.0", "megatron-energon", "peft", "mistral-common", "diffusers>=0.36.0", "timm",
           "nvidia-modelopt", "typing_extensions"),),
-        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2")),
+        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2"),
+        # timm's torchvision from PyPI fails to load beside the CPU torch ("operator torchvision::nms does not
+        # exist"), and Bridge's recipes import it only for vision models
+        uninstall=("torchvision",)),
     "megatron": Framework(
         f"Megatron-LM {MEGATRON_TAG} (the release of the project's megatron-core 0.16.1)",
         ("framework=megatron",), NVIDIA, "argv",
@@ -204,13 +209,16 @@ def python_of(name: str, log) -> Path:
         return env / "bin" / "python"
     started = time.monotonic()
     venv.create(env, with_pip=True, clear=True)
-    for args in wanted:
+    for args in installs:
         proc = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *args],
                               capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
             raise SystemExit(f"rehearse: pip install {' '.join(args)} for {name} failed:\n{proc.stderr[-3000:]}")
     if FRAMEWORKS[name].python312:
         unpack_python312(env, FRAMEWORKS[name].python312)
+    if FRAMEWORKS[name].uninstall:
+        subprocess.run([str(env / "bin" / "python"), "-m", "pip", "uninstall", "--yes", "--quiet",
+                        *FRAMEWORKS[name].uninstall], check=True, capture_output=True, timeout=600)
     stamp.write_text(json.dumps(wanted))
     log(f"{name}: environment built in {time.monotonic() - started:.0f} s ({env.relative_to(ROOT)})")
     return env / "bin" / "python"
@@ -219,7 +227,8 @@ def python_of(name: str, log) -> Path:
 def install_list(name: str) -> list[list[str]]:
     """What the framework's environment is built from (its stamp): pip argument lists, then its 3.12 wheels."""
     fw = FRAMEWORKS[name]
-    return [list(args) for args in fw.installs or ()] + ([["python3.12 wheels", *fw.python312]] if fw.python312 else [])
+    return ([list(args) for args in fw.installs or ()] + ([["python3.12 wheels", *fw.python312]] if fw.python312 else [])
+            + ([["uninstall", *fw.uninstall]] if fw.uninstall else []))
 
 
 # Megatron-Bridge 0.4 and later, and the megatron-core releases they need, are published for Python 3.12 only

@@ -9,6 +9,8 @@ comparison.json, a column in report.md and the console table); none changes a nu
 - ``not steady``: the median step time moved across the measured window.
 - ``unread step lines``: an ingested log of which more than 1% of the lines recognised as step lines could not
   be read (``source.unparsed_lines``): its figures may rest on a biased subset.
+- ``shared machine``: a run measured while other processes took more than 10% of the machine's CPU time, or
+  shared its GPUs (``contention``, tprimat.measure.contention).
 - ``short warm-up``: a run (an ingested log) with too few steps to exclude the warm-up it asks for: its
   measured steps are the ones a longer run would have called warm-up.
 """
@@ -19,6 +21,7 @@ from itertools import combinations
 from typing import Optional
 
 from tprimat.compare import stats
+from tprimat.measure.contention import shared
 from tprimat.spec.hardware import DEVICES, lookup
 
 DRIFT_WARN = 0.05  # 5% change of the median step time across the measured window
@@ -35,6 +38,16 @@ def run_all(group, tflops: Optional[float], ceiling: Optional[float]) -> None:
     check_drift(group)
     check_warmup(group)
     check_unread(group)
+    check_shared(group)
+
+
+def check_shared(group) -> None:
+    """A run measured beside other work (``contention``: CPU time of other processes, other processes on its GPUs)."""
+    for run in group.runs:
+        why = shared(run.result.get("contention"))
+        if why:
+            group.flags.append(f"shared machine: {run.path.parent.name}/{run.path.name} was measured beside other "
+                               f"work ({why})")
 
 
 def check_unread(group) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from tprimat.compare import stats
 from tprimat.compare.groups import Group, flat
+from tprimat.measure.contention import shared
 from tprimat.results.readfile import UnreadableFile, read_json
 from tprimat.spec.build import IDENTITY_EXCLUDES
 
@@ -120,7 +121,8 @@ def golden_of(group: Group) -> dict:
             "step_time_s": statistics.median(seconds) if seconds else None,
             "repeat_rates": [r.rate for r in group.repeats],
             "tokens_per_s_per_device": group.metrics.get("tokens_per_s_per_device"),
-            "peak_memory_gib": peak_memory(group), "runs": [str(run.path) for run in group.runs]}
+            "peak_memory_gib": peak_memory(group), "runs": [str(run.path) for run in group.runs],
+            "shared": [[run.path.parent.name, why] for run in group.runs if (why := shared(run.result.get("contention")))]}
 
 
 def write_golden(groups: list[Group], directory: Path) -> Path:
@@ -172,11 +174,19 @@ def check_throughput(group: Group, golden: dict, tolerance: float) -> Check:
     if slower > 1 + tolerance or rate < 1 - tolerance:
         worse = [what for what, bad in (("step time", slower > 1 + tolerance),
                                         ("tokens/s per device", rate < 1 - tolerance)) if bad]
-        return Check("throughput", False, text + f"; rule: hard bound: {' and '.join(worse)} beyond the tolerance")
+        beside = [f"{where}: {why}" for where, why in shared_runs(group, golden)]
+        return Check("throughput", False, text + f"; rule: hard bound: {' and '.join(worse)} beyond the tolerance"
+                     + (f"; measured beside other work: {'; '.join(beside)}" if beside else ""))
     if interval[0] is not None and (interval[0].hi < 1.0 or interval[0].lo > 1.0):
         return Check("throughput", True, text + "; rule: within the tolerance (the interval calls the change real: "
                                                "reported, not failed)")
     return Check("throughput", True, text + "; rule: within the tolerance")
+
+
+def shared_runs(group: Group, golden: dict) -> list[tuple[str, str]]:
+    """The runs of the group, and of the golden values, measured beside other work (``contention``)."""
+    now = [(f"{run.path.parent.name}", why) for run in group.runs if (why := shared(run.result.get("contention")))]
+    return now + [(f"golden {where}", why) for where, why in golden.get("shared") or []]
 
 
 def repeat_interval(group: Group, golden: dict) -> tuple[Optional[stats.RepeatsRatio], str]:

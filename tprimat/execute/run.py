@@ -22,6 +22,7 @@ from tprimat.execute.signals import Interrupted, signals_raise
 from tprimat.execute.spawn import spawn_local
 from tprimat.logs.tprimat import spec_line, step_line
 from tprimat.measure import environment
+from tprimat.measure.contention import Contention
 from tprimat.measure.devices import detect
 from tprimat.measure.telemetry import Sampler, open_source
 from tprimat.results.metrics import summarize
@@ -174,14 +175,18 @@ class Measured:
 class StepObserver:
     """Called for every measured step on the writing rank: telemetry marks, W&B, the console line."""
 
-    def __init__(self, spec: TprimatConf, sampler, sink, step_log: Optional[StepLog] = None) -> None:
+    def __init__(self, spec: TprimatConf, sampler, sink, step_log: Optional[StepLog] = None,
+                 contention: Optional[Contention] = None) -> None:
         self.spec, self.sampler, self.sink, self.step_log = spec, sampler, sink, step_log
+        self.contention = contention
 
     def __call__(self, record: StepRecord) -> None:
         if self.step_log:
             self.step_log.append(record)
         if self.sampler:
             self.sampler.mark(measured=not record.warmup)
+        if self.contention:
+            self.contention.mark(measured=not record.warmup)
         if self.sink:
             self.sink.on_step(record)
         _log_step(self.spec, record)
@@ -206,19 +211,27 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     step_log = StepLog(run_dir, header) if is_writer and not spawned else None  # spawned: rank 0 writes it
     if is_writer:  # the log states the run's spec: ``tprimat ingest`` reads a run's log back (tprimat.logs.tprimat)
         log.info("%s", spec_line(common["spec"], plan.world_size))
+    contention = Contention() if is_writer else None  # whether the run shared its machine (its measured window)
     with signals_raise():
-        measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink, step_log),
+        measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink, step_log, contention),
                             sink if spawned else None, header)
     if step_log:
         step_log.close()
     if not is_writer:  # a rank other than 0 under torchrun / Slurm: rank 0 writes the result (its error is logged)
         failed = measured is not None and measured.error
         return Outcome("failed" if failed else "ok", EXIT_FAILED if failed else EXIT_OK, None, {})
+    contention.stop()
     if sampler:
         sampler.stop()
         telemetry = sampler.summary(sum(r.tokens or 0 for r in measured.records if not r.warmup), plan.world_size)
+    measured.outcome.sections["contention"] = contention.summary(local_gpus(spec))
     result = _measured_result(prepared, measured, plan_dict, framework, telemetry, sink, common, notes, projection)
     return _finish(result, run_dir, EXIT_OK if result["status"] == "ok" else EXIT_FAILED)
+
+
+def local_gpus(spec: TprimatConf) -> tuple[int, ...]:
+    """This node's GPU indices the run uses (NVIDIA: where NVML can list other processes on them)."""
+    return tuple(range(spec.platform.devices_per_node)) if spec.platform.name == "nvidia" else ()
 
 
 def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver,

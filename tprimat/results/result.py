@@ -67,7 +67,7 @@ def make_result(*, run_id: str, status: str, spec: Optional[dict], plan: Optiona
     }
 
 
-OPTIONAL_SECTIONS = ("audit", "telemetry", "source", "projection", "profile")
+OPTIONAL_SECTIONS = ("audit", "telemetry", "source", "projection", "profile", "contention")
 
 
 def _optional(sections: dict) -> dict:
