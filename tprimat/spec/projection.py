@@ -18,7 +18,8 @@ Model, each assumption stated in the result's ``projection.assumptions``:
   the group's slowest link (inside a node when the group fits in one; across nodes, one NIC per member the
   group has in each node, as NCCL/RCCL spread rings over every NIC, capped by the in-node links).
   Tensor-parallel and pipeline transfers are exposed; FSDP, data-parallel and context-parallel traffic
-  overlaps compute and only its excess over the compute it hides behind is exposed.
+  overlaps compute and only its excess over the compute it hides behind is exposed, on GPUs; on a CPU, FSDP and
+  data-parallel traffic is exposed whole (gloo's thread needs the cores the compute uses).
 - The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike), (pp - 1) / vp under an
   interleaved schedule (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B); the optimizer step
   reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
@@ -268,11 +269,15 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
         return None
     layers, compute_s = micro.layers, accum * micro.total_s
     tp_collectives = (4 + (2 if tr.activation_checkpointing == "full" else 0)) * layers  # 2 forward, 2 backward
+    # what data-parallel traffic hides behind: the compute, on a GPU (NCCL/RCCL on their own streams); nothing on a
+    # CPU, where gloo's thread needs the cores the compute uses (measured: a 2-node CPU step is its compute plus the
+    # whole all-reduce, 0.384 + 0.38 s against 0.790 s, docs/benchmarks.md)
+    hides = 0.0 if spec.platform.name == "cpu" else 1.0
     return {"tp_s": accum * tp_collectives * tp_layer,
             "pp_p2p_s": (accum + pp - 1) * 2 * p2p if pp > 1 else 0.0,
             "cp_s": max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
-            "fsdp_s": max(0.0, accum * (2 * gather + scatter) - compute_s) if par.fsdp else 0.0,
-            "dp_s": 0.0 if par.fsdp else max(0.0, reduce - layers * micro.layer_bwd_s)}  # hides in the last backward
+            "fsdp_s": max(0.0, accum * (2 * gather + scatter) - hides * compute_s) if par.fsdp else 0.0,
+            "dp_s": 0.0 if par.fsdp else max(0.0, reduce - hides * layers * micro.layer_bwd_s)}  # the last backward
 
 
 def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, peak_tflops: Optional[float]) -> dict:
