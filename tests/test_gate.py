@@ -308,6 +308,8 @@ def battery(made) -> dict:
         "no_status": (edited(lambda r: r.pop("status")), "status"),
         "no_schema": (edited(lambda r: r.pop("schema_version")), "schema_version"),
         "array": (json.dumps([good]), "list"),
+        "stated_no_steps": (edited(lambda r: [s.update(tokens=None) for s in r["steps"]] and r["summary"].update(
+            tokens_per_s_per_device=10 * r["summary"]["tokens_per_s_per_device"])), "no measured step"),
     }
 
 
@@ -345,7 +347,7 @@ def test_a_run_beside_other_work_says_so_and_the_gate_names_it(runs, tmp_path):
     it."""
     root, made = runs
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(10))
-                for _ in range(2)]
+                for _ in range(CORES)]  # one busy process a core, niced, as the issue's two on two cores
     try:
         beside = train(tmp_path / "beside", [*RUN, *TWO], CORES)
     finally:
@@ -353,11 +355,10 @@ def test_a_run_beside_other_work_says_so_and_the_gate_names_it(runs, tmp_path):
             proc.kill()
             proc.wait()
     busy = beside["contention"]["outside_cpu_share"]
-    assert busy > 0.10, beside["contention"]  # two spinning processes on two cores, niced: well above a tenth
+    assert busy > 0.10, beside["contention"]  # a spinning process a core, niced: well above a tenth
     proc = subprocess.run([sys.executable, "-m", "tprimat", "compare", str(tmp_path / "beside")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert "shared machine" in proc.stdout, proc.stdout[-3000:]
     code, out, _ = gate(tmp_path / "beside", "--golden", root / "golden_values")
-    line = next(line for line in out if "throughput" in line)
-    if line.startswith("FAILED"):  # the slowdown is the machine's to decide; when it fails, the gate says why
-        assert "measured beside other work" in line and "other processes" in line, line
+    line = next(line for line in out if "throughput" in line)  # 0.41 s to 2.4 s a step, in the issue's trial
+    assert code == 1 and line.startswith("FAILED") and "measured beside other work" in line, line

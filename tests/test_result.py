@@ -375,3 +375,26 @@ def test_check_says_a_problem_of_many_steps_once(tmp_path, capsys):
     assert "  steps/*/tokens: -1 is less than the minimum of 0 (at 4 steps, the first steps/0)" in lines
     assert any(line.startswith("  steps/2/loss: 'high' is not") for line in lines)  # one step: as it is
     assert len(lines) == 3
+
+
+def test_a_failed_result_tprimat_writes_without_a_spec_passes_check(tmp_path):
+    """A scheduler failure or a spec that could not be built is written with spec null: check accepts it (the
+    value checks are for results with status ok)."""
+    from tprimat.results.result import check_result, write_unsuccessful
+
+    write_unsuccessful(tmp_path, "failed", "the scheduler ended the job (TIMEOUT)")
+    assert check_result(json.loads((tmp_path / "result.json").read_text())) == []
+
+
+def test_compare_reads_neither_a_runs_hidden_folders_nor_json_of_another_kind(tmp_path):
+    """A spawned run leaves .ranks/launch.json (its spec) and .ranks/records.json (its steps) beside result.json:
+    not results. A DeepSpeed config is JSON of another kind: noted, not read, not a failure."""
+    from tprimat.compare.load import load
+
+    (tmp_path / "run" / ".ranks").mkdir(parents=True)
+    (tmp_path / "run" / ".ranks" / "launch.json").write_text(json.dumps({"spec": {}, "plan": {}}))
+    (tmp_path / "run" / ".ranks" / "records.json").write_text(json.dumps({"steps": []}))
+    (tmp_path / "run" / "ds_config.json").write_text(json.dumps({"train_batch_size": 8}))
+    report = load([str(tmp_path)])
+    assert report.skipped == [] and report.results == []
+    assert [n for n in report.notes if "ds_config.json" in n and "not read" in n] and len(report.notes) == 1

@@ -7,10 +7,10 @@ tests (memory within 5%).
 Golden values are written per workload (the spec's identity: model, sequence, batch, layout, precision, framework,
 platform; never a printed label) from results: the loss curve of the first repeat, the step time and tokens of
 every measured step past the first 25% (the steady part), the repeats' rates, tokens/s per device, peak memory and
-the label. Throughput is judged as the evidence allows: with one repeat on either side the slowdown of the median
-steady step time is held to the tolerance and no significance verdict is possible (one run's steps are not
-independent samples of the run, docs/compare.md); with two or more repeats a side it fails only when the slowdown
-exceeds the tolerance and Welch's t on log rates says it is real (the interval excludes no change).
+the label. Throughput is held to the tolerance as a hard bound on two figures, the median steady step time and
+tokens/s per device (the result's own tokens, world size and step times): worse than the golden by more than the
+tolerance fails, whatever Welch's interval on the repeats' log rates says (printed where there are two repeats a
+side: within the tolerance, a change it calls real is reported, never failed).
 
 The gate fails what it cannot vouch for (``unvouched``): a golden workload with no current result, a current one
 with no golden values, a result compare skipped (not ok, non-finite values, not a valid result), a step whose loss

@@ -24,7 +24,7 @@ class LoadReport:
     notes: list[str] = field(default_factory=list)  # what was read once though found twice
 
 
-RESULT_KEYS = {"schema_version", "status", "run_id", "spec", "steps", "summary"}  # what marks a file as a result
+RESULT_MARK = "schema_version"  # what every tprimat result holds, and no file of another kind that it writes
 
 
 def candidate_files(paths: list[str]) -> list[Path]:
@@ -34,7 +34,9 @@ def candidate_files(paths: list[str]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files += sorted(p for p in path.rglob("*.json") if "wandb" not in p.parts)
+            # W&B's files and the run's own hidden folders (.ranks: a spawned run's launch and rank records) left out
+            files += sorted(p for p in path.rglob("*.json") if "wandb" not in p.parts
+                            and not any(part.startswith(".") for part in p.relative_to(path).parts[:-1]))
         elif path.exists() or path.is_symlink():
             files.append(path)
     return files
@@ -56,9 +58,9 @@ def cut(text: str, chars: int = 300) -> str:
 
 
 def looks_like_a_result(path: Path, data) -> bool:
-    """A file named result.json, or an object with any of a result's keys: refused by name where it is broken. Any
+    """A file named result.json, or an object with a ``schema_version``: refused by name where it is broken. Any
     other JSON (a DeepSpeed config, a Hydra dump) is noted and left."""
-    return path.name == RESULT_FILE or (isinstance(data, dict) and bool(RESULT_KEYS & set(data)))
+    return path.name == RESULT_FILE or (isinstance(data, dict) and RESULT_MARK in data)
 
 
 def read_one(path: Path, report: LoadReport) -> dict | None:

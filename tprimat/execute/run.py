@@ -212,6 +212,8 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
     if is_writer:  # the log states the run's spec: ``tprimat ingest`` reads a run's log back (tprimat.logs.tprimat)
         log.info("%s", spec_line(common["spec"], plan.world_size))
     contention = Contention() if is_writer else None  # whether the run shared its machine (its measured window)
+    if contention and spawned:  # the ranks' steps never reach this process: the window is the spawned run
+        contention.whole()
     with signals_raise():
         measured = _measure(prepared, run_dir, env, StepObserver(spec, sampler, sink, step_log, contention),
                             sink if spawned else None, header)
@@ -230,8 +232,14 @@ def _train(prepared: Prepared, plan_dict: dict, framework: dict, run_dir: Path, 
 
 
 def local_gpus(spec: TprimatConf) -> tuple[int, ...]:
-    """This node's GPU indices the run uses (NVIDIA: where NVML can list other processes on them)."""
-    return tuple(range(spec.platform.devices_per_node)) if spec.platform.name == "nvidia" else ()
+    """This node's GPU indices the run uses, as NVML numbers them (CUDA_VISIBLE_DEVICES mapped where it lists
+    indices); NVIDIA only, where NVML can list other processes on them."""
+    if spec.platform.name != "nvidia":
+        return ()
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible and all(v.isdigit() for v in visible):
+        return tuple(int(v) for v in visible[:spec.platform.devices_per_node])
+    return tuple(range(spec.platform.devices_per_node))
 
 
 def _measure(prepared: Prepared, run_dir: Path, env: Optional[RankEnv], observer: StepObserver,

@@ -18,17 +18,20 @@ import psutil
 SHARED_FLAG = 0.10  # other processes took more than 10% of the machine's CPU time over the window
 
 
+BUSY = ("user", "nice", "system", "irq", "softirq", "steal")  # Linux's guest time is inside user and nice already
+
+
 def busy_cpu_s() -> float:
     times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    return sum(getattr(times, name, 0.0) for name in BUSY)
 
 
 def run_root() -> psutil.Process:
-    """The run's own tree: this process, or its launcher's where torchrun started it (the local ranks are siblings)."""
+    """The run's own tree: this process, or its launcher's where torchrun or srun started this rank (the node's
+    other ranks are its siblings: torchrun's agent, or the step's slurmstepd, is their common parent)."""
     me = psutil.Process()
-    if "TORCHELASTIC_RUN_ID" in os.environ and me.parent() is not None:
-        return me.parent()
-    return me
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or "SLURM_LOCALID" in os.environ
+    return me.parent() if launched and me.parent() is not None else me
 
 
 def tree_cpu_s(root: psutil.Process) -> float:
@@ -60,6 +63,10 @@ class Contention:
         if not measured and not self._measuring:
             self.start = snapshot(self.root)
         self._measuring = self._measuring or measured
+
+    def whole(self) -> None:
+        """A run whose ranks this process spawned (its steps are the ranks'): the window is the whole spawned run."""
+        self.start, self._measuring = snapshot(self.root), True
 
     def stop(self) -> None:
         if self.start is not None and self._measuring:

@@ -34,7 +34,12 @@ def problems(result: dict) -> list[str]:
         return ["status ok, but no step was measured (summary.measured_steps 0, or every step a warm-up)"]
     source = (summary.get("provenance") or {}).get("tokens_per_s_per_device")
     world, stated = plan.get("world_size"), summary.get("tokens_per_s_per_device")
-    if source not in ("measured", "computed") or not steps or not isinstance(world, int) or world < 1:
+    if result.get("status") == "ok" and not result.get("summary"):
+        return ["summary: missing in a result with status ok (nothing was measured)"]
+    if source in ("measured", "computed") and not steps:
+        return [f"summary/tokens_per_s_per_device: {stated!r} stated as {source}, but no measured step has a time "
+                "and tokens to give it"]
+    if source not in ("measured", "computed") or not isinstance(world, int) or world < 1:
         return []
     tokens, seconds = sum(t for t, _ in steps), sum(s for _, s in steps)
     try:

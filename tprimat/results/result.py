@@ -131,12 +131,13 @@ def validate_result(result: dict) -> list[str]:
 
 def check_result(result) -> list[str]:
     """What ``tprimat check`` says of a result, and what every reader admits by: an object, the schema
-    (``validate_result``), values a reader can use (``sane.problem``: texts where labels are read, finite numbers
-    in the float range), and a well-formed result's agreement with itself (``consistent.problems``)."""
+    (``validate_result``), and for a result with status ok values a reader can use (``sane.problem``: texts
+    where labels are read, finite numbers in the float range) and its agreement with itself
+    (``consistent.problems``)."""
     if not isinstance(result, dict):
         return [f"<root>: the top level is {type(result).__name__}, not a result object"]
     found = validate_result(result)
-    if found:
+    if found or result.get("status") != "ok":  # a failed or invalid result holds what it could (spec may be null)
         return found
     try:
         rows = from_json(result)

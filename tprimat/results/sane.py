@@ -53,8 +53,13 @@ def problem(result: dict) -> Optional[str]:
     if world is not None and (why := number_problem("plan.world_size", world, positive=True)):
         return why
     for key, value in (result.get("summary") or {}).items():
-        if isinstance(value, (int, float)) and (why := number_problem(f"summary.{key}", value)):
-            return why
+        nested = value.items() if isinstance(value, dict) else [(None, value)]
+        for inner, number in nested:  # step_time_s: {median, mean, ...}
+            name = f"summary.{key}" + (f".{inner}" if inner else "")
+            if isinstance(number, (int, float)) and (why := number_problem(name, number)):
+                return why
+            if key in ("peak_memory_gib", "avg_memory_gib") and isinstance(number, (int, float)) and number < 0:
+                return f"{name} is {number!r}: negative"
     steps = result.get("steps")
     if not isinstance(steps, list):
         return "steps is not a list"
