@@ -149,8 +149,8 @@ FRAMEWORKS = {
         ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",
         (("torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate", "omegaconf>=2.3",
           "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
-          "packaging", "triton==3.9.0", "megatron-energon"),
-         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,)),
+          "packaging", "triton==3.9.0", "megatron-energon", "nvidia-modelopt"),
+         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,), uninstall=("torchvision",)),
     "bridge_newest": Framework(
         "Megatron-Bridge 0.6.2 (the newest release; NeMo Framework 26.04 and later) with megatron-core 0.19.2 "
         "(Python 3.12 releases, rehearsed on 3.11: see PYTHON312)",

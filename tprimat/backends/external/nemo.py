@@ -206,7 +206,9 @@ def meta_parameter_count(config, build):
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
         parallel_state.initialize_model_parallel()
-    one = dataclasses.replace(config, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+    # the layers are sized by the process groups (one rank); tensor_model_parallel_size is kept, so that a
+    # vocabulary the framework pads is padded for the launch's TP, as the run pads it
+    one = dataclasses.replace(config, pipeline_model_parallel_size=1,
                               context_parallel_size=1, sequence_parallel=False,
                               virtual_pipeline_model_parallel_size=None, use_cpu_initialization=True,
                               perform_initialization=False)
@@ -300,6 +302,10 @@ cfg.mixed_precision = get_mixed_precision_config(PRECISION)
 if not declares(cfg, "validation"):  # Megatron-Bridge 0.3.x: eval_iters is the TrainingConfig's
     SETTINGS = [(k, s and s.replace("validation.", "train."), r.replace("validation.", "train."), v)
                 for k, s, r, v in SETTINGS]
+if declares(cfg.tokenizer, "use_tokenizer_vocab_size"):  # Megatron-Bridge 0.6: its pretrain recipes take the
+    # tokenizer's vocabulary and pad it to 128 x TP in setup(); the model's own, as its performance recipes set it
+    SETTINGS = [*SETTINGS, ("vocab_from_tokenizer", "tokenizer.use_tokenizer_vocab_size",
+                            "tokenizer.use_tokenizer_vocab_size", False)]
 for key, where, _, value in SETTINGS:
     if where:
         put(cfg, where, value)
@@ -312,9 +318,16 @@ if not HAVE_TE:
 
 def finalise():
     """What pretrain() runs first, at the launch's world size (Megatron-Bridge's data-parallel size)."""
+    from megatron.bridge.training import setup
     from megatron.bridge.training.config import runtime_config_update
     os.environ.setdefault("WORLD_SIZE", str(V["nodes"] * V["devices_per_node"]))
     runtime_config_update(cfg)
+    # then setup() sizes the model's vocabulary from its tokenizer's (Bridge's null tokenizer: vocab_size ids)
+    own = inspect.signature(setup._validate_and_set_vocab_size).parameters
+    cfg.model.vocab_size, cfg.model.should_pad_vocab = setup._validate_and_set_vocab_size(
+        cfg.model.vocab_size, cfg.tokenizer.vocab_size,
+        **({{"use_tokenizer_vocab_size": cfg.tokenizer.use_tokenizer_vocab_size}}
+           if "use_tokenizer_vocab_size" in own else {{}}))
     return cfg
 
 
