@@ -27,7 +27,7 @@ class Plan:
     flops_per_step: float
     params_total: int
     params_non_embedding: int
-    vocab_size_padded: int  # embedding and output rows (model.vocab_size rounded up to model.vocab_pad_multiple)
+    vocab_size_padded: int  # embedding and output rows as the framework builds them (frameworks.vocab_multiple)
     memory: memory.MemoryEstimate
     device_memory_gib: Optional[float]  # capacity the estimate is checked against; None when unknown
     device_memory_source: str

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from tprimat.spec import keeps
+from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.projection import OpCost, Work
 from tprimat.spec.schema import TprimatConf
 
@@ -81,7 +82,7 @@ def trace_work(spec: TprimatConf) -> Work:
     """One micro batch of the spec's model at its local shapes (seq/cp tokens, before tensor parallelism).
     Layouts that share those (tp, pp, dp and the framework change only how the work is split and scheduled)
     share one trace: ``Work`` and its ``OpCost`` are read, never changed."""
-    cfg, tr = spec.model, spec.training
+    cfg, tr = model_as_built(spec), spec.training  # the vocabulary as the framework pads it (its head's work)
     # as the backends hold them: fp32 weights under bf16 autocast, or bf16 weights (FSDP2's mixed precision
     # policy, frameworks with a bf16 model copy)
     autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
