@@ -101,19 +101,23 @@ def load(paths: list[str]) -> LoadReport:
     is a conflict: neither is read), every other JSON file in ``notes``."""
     report = LoadReport([], [], [])
     seen: dict[str, Loaded] = {}
+    conflicted: set = set()
     for path in candidate_files(paths):
         result = read_one(path, report)
         if result is None:
             continue
         run_id = result.get("run_id")
         first = seen.get(run_id) if run_id else None
-        if first is None:
+        if run_id in conflicted:
+            report.skipped.append((path, f"conflict: run_id {run_id} is in files with other contents: not read"))
+        elif first is None:
             seen[run_id] = Loaded(path, result)
             report.results.append(seen[run_id])
         elif first.result == result:
             report.notes.append(f"{path}: run_id {run_id} already read from {first.path}: counted once")
         else:  # which one is the run cannot be told: neither is read
             said = "(a copy edited after the run?): neither is read"
+            conflicted.add(run_id)
             report.results = [r for r in report.results if r.path != first.path]
             report.skipped += [(first.path, f"conflict: run_id {run_id} is also in {path} with other contents {said}"),
                                (path, f"conflict: run_id {run_id} is also in {first.path} with other contents {said}")]
