@@ -236,8 +236,9 @@ def install_list(name: str) -> list[list[str]]:
 # Their code compiles under 3.11 (every module of megatron-bridge 0.6.2 and megatron-core 0.19.2 byte-compiles), and
 # of 3.12's library they use typing.override, which typing_extensions carries: their 3.12 wheels are unpacked into
 # the 3.11 environment, typing.override given from typing_extensions (a sitecustomize of that environment only), and
-# the one compiled module, megatron-core's dataset index helper (built for 3.12, used to blend real data sets, never
-# reached by a rehearsal), left out. The rehearsal so runs these releases' own code, not on their Python.
+# the one compiled module, megatron-core's dataset index helper (built for 3.12; GPTDataset builds every sample
+# index with it, mock data included, so this environment cannot train: the rehearsal stops before any data set),
+# left out. The rehearsal so runs these releases' own code, not on their Python.
 PYTHON312_SITECUSTOMIZE = """import typing
 if not hasattr(typing, "override"):  # Python 3.12's; written by tprimat's bench/rehearse.py for its 3.12 wheels
     import typing_extensions
