@@ -9,6 +9,7 @@ two workloads under one printed label stay two (keyed by spec identity) and are 
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ from tprimat.results.result import write_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # seven real training runs; the half-core slowdown needs the cores
 
-RUN = ["training.max_steps=8", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled", "platform=cpu",
+# 14 measured steps a repeat: with 6 (8 steps) one slow second in a repeat moved a quiet rerun's median 11% (CI,
+# 2026-11-28), beyond the 5% the gate now holds as a hard bound
+RUN = ["training.max_steps=16", "benchmark.warmup_steps=2", "logging.wandb.mode=disabled", "platform=cpu",
        "training.precision=fp32", "training.seq_length=128"]
 TWO, FOUR = ["benchmark.repeats=2"], ["benchmark.repeats=4"]
 CORES = os.cpu_count() or 1
@@ -122,7 +125,7 @@ def test_a_diverged_run_ends_failed_and_the_gate_names_it(runs):
     root, made = runs
     diverged = made["diverged"]
     assert diverged["status"] == "failed" and "the loss diverged" in diverged["error"], diverged["error"]
-    assert len(diverged["steps"]) == 8  # every step kept
+    assert len(diverged["steps"]) == 16  # every step kept
     code, out, _ = gate(root / "rerun", root / "diverged", "--golden", root / "golden_values")
     assert code == 1 and "FAILED skipped" in failed(out), out
     assert any("diverged" in line and "status failed" in line for line in out), out
@@ -233,7 +236,7 @@ def test_halved_tokens_or_a_doubled_world_fail_on_tokens_per_device(runs, tmp_pa
         code, out, _ = gate(tmp_path / name, "--golden", root / "golden_values")
         line = next(line for line in out if "throughput" in line)
         assert code == 1 and failed(out) == ["FAILED throughput"], (name, out)
-        assert "rule: hard bound: tokens/s per device" in line, line
+        assert "rule: hard bound:" in line and "tokens/s per device beyond the tolerance" in line, line
 
 
 def test_a_stated_throughput_its_steps_do_not_give_is_a_broken_result(runs, tmp_path):
@@ -342,20 +345,21 @@ def test_check_refuses_each_broken_file_by_name_and_the_gate_and_compare_skip_it
 
 
 def test_a_run_beside_other_work_says_so_and_the_gate_names_it(runs, tmp_path):
-    """The rerun's configuration trained beside two niced processes that each keep a core busy: its result records
+    """The rerun's configuration trained beside one process a core that keeps it busy: its result records
     the other processes' share of the machine's CPU time, compare flags it, and the gate's throughput failure names
     it."""
     root, made = runs
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(10))
-                for _ in range(CORES)]  # one busy process a core, niced, as the issue's two on two cores
+    # one a core, started through a shell that exits at once: not this process's children, which the run (trained
+    # in this process) would count as its own (niced to 10 they took 0.1% of this machine's CPU on 2026-11-28)
+    spinners = [int(subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                                   capture_output=True, text=True, check=True).stdout) for _ in range(CORES)]
     try:
         beside = train(tmp_path / "beside", [*RUN, *TWO], CORES)
     finally:
-        for proc in spinners:
-            proc.kill()
-            proc.wait()
+        for pid in spinners:
+            os.kill(pid, signal.SIGKILL)
     busy = beside["contention"]["outside_cpu_share"]
-    assert busy > 0.10, beside["contention"]  # a spinning process a core, niced: well above a tenth
+    assert busy > 0.10, beside["contention"]  # a spinning process a core: well above a tenth
     proc = subprocess.run([sys.executable, "-m", "tprimat", "compare", str(tmp_path / "beside")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert "shared machine" in proc.stdout, proc.stdout[-3000:]

@@ -3,13 +3,10 @@
 
 import copy
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_inprocess, run_launch
+from tests.conftest import run_inprocess, run_launch
 from tprimat.compose import compose
 from tprimat.measure.devices import detect
 from tprimat.results.result import read_result
@@ -388,21 +385,26 @@ def test_tprimat_check_refuses_a_result_with_a_zero_size(tmp_path, section, key)
 # (one CPU node: more are started by torchrun or Slurm), Llama 3.1's RoPE scaling (it divides by the original
 # context), the platform's tuned precision (maximum_performance copies it), the largest NVLink domain (NVL72)
 BAD_OVERRIDES = [("logging.wandb.project=a/b/c", "logging.wandb.project=a/b/c"),
-                 ("=5", "=5: an override needs a key"),
                  ("platform.nodes=2", "platform.nodes=2"),
                  ("model.rope_original_max_position=0", "model.rope_original_max_position=0"),
                  ("platform.tuned.precision=fp3", "platform.tuned.precision=fp3"),
                  ("platform.devices_per_node=100000", "platform.devices_per_node=100000: must be <= 72")]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("override,said", BAD_OVERRIDES)
 @pytest.mark.parametrize("dry_run", ["true", "false"])
-def test_a_bad_override_is_refused_by_its_key_dry_run_or_not(tmp_path, override, said, dry_run):
-    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_JOB_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE")}
-    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), f"hydra.run.dir={tmp_path}", f"dry_run={dry_run}",
-                           override], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=tmp_path)
+def test_a_bad_override_is_refused_by_its_key_dry_run_or_not(tmp_path, monkeypatch, override, said, dry_run):
+    """As launch.py runs it, in this process (the rank environment of torchrun or Slurm unset)."""
+    for name in ("SLURM_JOB_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    out = run_inprocess(tmp_path, [f"dry_run={dry_run}", override])
+    assert out.status == "invalid" and out.exit_code == 2 and said in out.result["error"], out.result["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dry_run", ["true", "false"])
+def test_an_override_without_a_key_is_one_line_and_exit_2(tmp_path, dry_run):
+    proc = run_launch(tmp_path, f"dry_run={dry_run}", "=5")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-2000:]
-    assert f"invalid: {said}" in output, output[-2000:]
+    assert "invalid: =5: an override needs a key" in output, output[-2000:]
