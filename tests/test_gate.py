@@ -111,11 +111,13 @@ def test_one_repeat_a_side_is_judged_by_the_tolerance_alone(runs, tmp_path):
     root, made = runs
     code, out, _ = gate(root / "golden_one", "--write-golden", tmp_path / "one")
     assert code == 0, out
-    code, out, _ = gate(root / "rerun_one", "--golden", tmp_path / "one")
+    # one repeat a side carries one run's noise (a quiet rerun measured 5-11% slower on CI's machine): the exit code
+    # is held at a tolerance above that noise, the 2x copy below at the same tolerance
+    code, out, _ = gate(root / "rerun_one", "--golden", tmp_path / "one", "--time-tolerance", "0.3")
     line = next(line for line in out if "throughput" in line)
     assert code == 0 and "no interval" in line and "95% CI" not in line and "rule: within the tolerance" in line, out
     doctored(tmp_path / "slow", made["rerun_one"], lambda step: step.update(step_time_s=step["step_time_s"] * 2))
-    code, out, _ = gate(tmp_path / "slow", "--golden", tmp_path / "one")
+    code, out, _ = gate(tmp_path / "slow", "--golden", tmp_path / "one", "--time-tolerance", "0.3")
     assert code == 1 and failed(out) == ["FAILED throughput"] and "no interval" in out[0], out
     code, out, _ = gate(root / "rerun_one", "--golden", root / "golden_values")  # one current, four golden
     assert "no interval" in next(line for line in out if "throughput" in line)
