@@ -21,7 +21,6 @@ def main() -> None:
     point = json.loads(Path(expected_file).read_text())
     record = {"settings": [], "params": None, "error": None}
     try:
-        import torch
         from torchtitan.config.manager import ConfigManager
         config = ConfigManager().parse_args(point["args"])
     except BaseException as exc:  # noqa: BLE001 - torchtitan's own refusal (or the module's) is the finding
@@ -30,15 +29,26 @@ def main() -> None:
         return
     from tprimat.backends.external.audit import torchtitan_saved_config
     found = torchtitan_saved_config(config.to_dict())  # the config as torchtitan saves it, read as the audit reads it
-    record["settings"] = [{"key": f"spec {key}", "where": f"config ({name})", "spec": value,
-                           "framework": found.get(name, "<absent>")} for key, name, value in point["spec_rows"]]
+    record["settings"] = spec_settings(found, point["spec_rows"], "config")
+    count_on_meta(record, lambda: config.model_spec.model.build())
+    Path(out).write_text(json.dumps(record))
+
+
+def spec_settings(found: dict, spec_rows: list, where: str) -> list[dict]:
+    """The run spec's values beside what the audit's reader found in torchtitan's config."""
+    return [{"key": f"spec {key}", "where": f"{where} ({name})", "spec": value, "framework": found.get(name, "<absent>")}
+            for key, name, value in spec_rows]
+
+
+def count_on_meta(record: dict, build) -> None:
+    """The parameters of the model ``build()`` makes on the meta device, or why it could not be built."""
+    import torch
     try:
         with torch.device("meta"):
-            model = config.model_spec.model.build()
+            model = build()
         record["params"] = sum(p.numel() for p in model.parameters())
     except Exception as exc:  # noqa: BLE001
         record["error"] = f"model build: {type(exc).__name__}: {exc}"
-    Path(out).write_text(json.dumps(record))
 
 
 if __name__ == "__main__":

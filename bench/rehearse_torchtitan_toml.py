@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from rehearse_torchtitan import count_on_meta, spec_settings  # this script's folder is first on its path
+
 
 def override_rows(config, args: list[str]) -> list[dict]:
     """Every ``--section.key value`` of the launch (but the TOML's path) read back from the JobConfig, the value
@@ -41,12 +43,20 @@ def override_rows(config, args: list[str]) -> list[dict]:
     return rows
 
 
+def model_of(config):
+    """As its Trainer builds it: the train spec's model args for the flavour, updated from the job config."""
+    from torchtitan.protocols.train_spec import get_train_spec
+    train_spec = get_train_spec(config.model.name)
+    model_args = train_spec.model_args[config.model.flavor]
+    model_args.update_from_config(config)
+    return train_spec.model_cls(model_args)
+
+
 def main() -> None:
     expected_file, out = sys.argv[1:3]
     point = json.loads(Path(expected_file).read_text())
     record = {"settings": [], "params": None, "error": None}
     try:
-        import torch
         from torchtitan.config import ConfigManager
         config = ConfigManager().parse_args(point["args"])
     except BaseException as exc:  # noqa: BLE001 - torchtitan's own refusal is the finding
@@ -55,19 +65,8 @@ def main() -> None:
         return
     from tprimat.backends.external.audit import torchtitan_job_config
     found = torchtitan_job_config(config.to_dict())  # as torchtitan saves it, read as the audit reads it
-    record["settings"] = [*override_rows(config, point["args"]),
-                          *({"key": f"spec {key}", "where": f"job config ({name})", "spec": value,
-                             "framework": found.get(name, "<absent>")} for key, name, value in point["spec_rows"])]
-    try:
-        from torchtitan.protocols.train_spec import get_train_spec
-        train_spec = get_train_spec(config.model.name)
-        model_args = train_spec.model_args[config.model.flavor]
-        model_args.update_from_config(config)
-        with torch.device("meta"):
-            model = train_spec.model_cls(model_args)
-        record["params"] = sum(p.numel() for p in model.parameters())
-    except Exception as exc:  # noqa: BLE001
-        record["error"] = f"model build: {type(exc).__name__}: {exc}"
+    record["settings"] = [*override_rows(config, point["args"]), *spec_settings(found, point["spec_rows"], "job config")]
+    count_on_meta(record, lambda: model_of(config))
     Path(out).write_text(json.dumps(record))
 
 
