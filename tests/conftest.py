@@ -145,6 +145,25 @@ def pytest_runtest_protocol(item, nextitem):
             fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
+MACHINE: list[str] = []  # what tests/machine.py set up, printed at the end of the run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """Once per test run, before any test (in pytest-xdist's controller, before its workers start): what the
+    suite needs beyond the README's first command (tests/machine.py)."""
+    if "PYTEST_XDIST_WORKER" in os.environ or os.environ.get("TPRIMAT_TESTS_NO_SETUP"):
+        return
+    from tests.machine import prepare
+
+    MACHINE.extend(prepare())
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in MACHINE:
+        terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
+
+
 def pytest_collection_modifyitems(config, items):
     """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none."""
     import torch

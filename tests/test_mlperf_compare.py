@@ -106,16 +106,19 @@ def test_the_time_to_train_table_states_what_the_logs_state_and_the_cost_at_the_
     assert {r["target_source"] for r in h100["run_details"]} == {"MLPerf Training rules' quality target"}
     assert h100["samples_to_target"] == 6144
     assert rows["sys_MI300X"]["cost_to_train_usd"] == pytest.approx(40.45 * 8 / 60 * 2)
-    table = [line for line in said.splitlines() if line.startswith("| Nv | sys_H100 |")][0]
+    md = (tmp / "report" / "report.md").read_text()
+    table = [line for line in md.splitlines() if "| llama31_8b | Nv | sys_H100 |" in line][0]
     assert "| not stated |" in table  # the precision no log or systems JSON states
+    assert "| NVIDIA H100 SXM (as submitted: NVIDIA H100-SXM5-80GB) | 1 x 8 | 30.45 |" in table
 
 
 def test_accelerators_side_by_side_at_equal_device_counts_fastest_first(compared):
     tmp, said = compared
     md = (tmp / "report" / "report.md").read_text()
-    for text in (said, md):
-        assert "| llama31_8b | 8 | NVIDIA H100-SXM5-80GB | Nv/sys_H100 | 30.45 | 1.00 |" in text
-        assert f"| llama31_8b | 8 | AMD Instinct MI300X 192GB HBM3 | Amd/sys_MI300X | 40.45 | {40.45 / 30.45:.2f} |" in text
+    assert "| not stated | llama31_8b | 8 | NVIDIA H100 SXM | Nv sys_H100 | 1 x 8 | 30.45 | 1.00 |" in md
+    assert f"| not stated | llama31_8b | 8 | AMD Instinct MI300X | Amd sys_MI300X | 1 x 8 | 40.45 | {40.45 / 30.45:.2f} |" in md
+    console = said.split("accelerators side by side at equal device counts")[1].splitlines()
+    assert [line.split()[-2:] for line in console[2:4]] == [["30.45", "1.00"], ["40.45", f"{40.45 / 30.45:.2f}"]]
     assert (tmp / "report" / "plots" / "time_to_train.png").stat().st_size > 0
     page = (tmp / "report" / "report.html").read_text()
     assert "chart-time-to-train" in page and "Accelerators side by side at equal device counts" in page
@@ -179,6 +182,46 @@ def test_a_price_stated_at_ingest_a_logged_target_filters_and_a_repository_with_
                                  and "tracked_stats" not in line) + "\n")
     tprimat("ingest", repo / "Amd", "--out", tmp_path / "no_blocks")
     said = tprimat("compare", tmp_path / "no_blocks", "--out", tmp_path / "no_blocks_report")
-    assert "| Amd | sys_MI300X | llama31_8b |" in said and "| 40.45 |" in said
+    assert "Amd sys_MI300X" in said and " 40.45 " in said
     assert json.loads((tmp_path / "no_blocks_report" / "comparison.json").read_text())["time_to_train"][0][
         "score_minutes"] == pytest.approx(40.45)
+
+
+def test_a_report_with_mlperf_results_leads_with_the_answer(compared):
+    """report.md opens with the time-to-train table, fastest first, then the accelerators side by side; the refused
+    pairs come after the methodology; a system's ten runs are one result (its seeds): never flagged as inconsistent
+    repeats, its rows named by submitter and system; report.html opens with the same section, plotly.js beside it
+    once, the page under 1 MB; the console's lines fit 120 columns."""
+    tmp, said = compared
+    md = (tmp / "report" / "report.md").read_text()
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Time to train (MLPerf Training rules)" and headings[1] == "## Summary"
+    rows = [line for line in md.split("## Time to train")[1].split("###")[0].splitlines() if "| llama31_8b |" in line]
+    assert [r.split(" | ")[3] for r in rows] == ["sys_H100", "sys_MI300X"]  # 30.45 before 40.45
+    if "## Refused pairs" in md:
+        assert md.index("## Refused pairs") > md.index("## Methodology")
+    assert "inconsistent repeats: rates disagree" not in md and "more logs" not in md
+    assert "Nv sys_H100 (10 runs)" in (tmp / "report" / "table.csv").read_text()
+    page = (tmp / "report" / "report.html").read_text()
+    assert page.index("Time to train (MLPerf Training rules)") < page.index("<h2>Summary</h2>")
+    assert page.count('src="plotly.min.js"') == 1 and (tmp / "report" / "plotly.min.js").stat().st_size > 1_000_000
+    assert (tmp / "report" / "report.html").stat().st_size < 1_000_000
+    assert max(map(len, said.splitlines())) <= 120
+
+
+def test_two_spellings_of_one_accelerator_are_one_row(tmp_path):
+    """MI325X as AMD spells it in one systems JSON and another in the next (v5.1: "... HBM3E" and "... HBM3E DLC"):
+    one accelerator side by side and one legend entry, each row keeping its submitted name."""
+    from tprimat.compare.time_to_train import from_results, read_all
+    from tprimat.compare.ttt_report import by_accelerator, side_by_side_lines
+
+    for tag, name in (("a", "AMD Instinct MI325X 256GB HBM3E"), ("b", "AMD Instinct MI325X 256GB HBM3E DLC")):
+        root = repository(tmp_path / tag, tag=tag)
+        (root / f"Amd{tag}" / "systems" / "sys_MI300X.json").write_text(json.dumps({
+            "accelerator_model_name": name, "accelerators_per_node": "8", "number_of_nodes": "1"}))
+        tprimat("ingest", root / f"Amd{tag}", "--out", tmp_path / "results" / tag)
+    scores = from_results(read_all([str(tmp_path / "results")]))
+    assert {s.accelerator_row for s in scores} == {"AMD Instinct MI325X"}
+    assert len(by_accelerator(scores)) == 1
+    (row,) = side_by_side_lines(scores)[2:]
+    assert "| AMD Instinct MI325X |" in row

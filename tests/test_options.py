@@ -2,6 +2,10 @@
 validated on its own and against the compatibility table, and each supported one run for real on CPU where the
 CPU can (compile through inductor's CPU backend, fp8 through torchao's emulation, recompute anywhere)."""
 
+import argparse
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -165,3 +169,23 @@ def test_the_documentation_shows_every_rule_of_the_table():
     readme = "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
     for option, with_, strategies, reason in table():
         assert reason in readme and f"`{with_}`" in readme, reason
+
+
+def test_help_describes_every_command_and_version_is_the_packages(capsys):
+    """``tprimat --help`` names each subcommand the parser has, in its description, and ``--version`` prints the
+    version pyproject.toml declares (read here with tomllib, not from the code)."""
+    import tomllib
+
+    from tprimat.cli import build_parser, main
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert len(commands) == 8
+    for name in commands:
+        assert re.search(rf"^  {name} +\S", parser.description, re.M), name
+    assert "``" not in parser.description
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    declared = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["version"]
+    assert capsys.readouterr().out.strip() == f"tprimat {declared}"

@@ -1,6 +1,7 @@
 """Sweeps: tprimat plan expands and validates every point without running anything, agreeing with the launcher."""
 
 import csv
+import shutil
 import subprocess
 import sys
 
@@ -155,6 +156,8 @@ def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("srun") is None, reason="no srun here: submitit's Slurm executor needs Slurm's client "
+                    "(the suite installs Debian's Slurm when it runs as root: tests/machine.py)")
 def test_slurm_keys_reach_the_sbatch_script(tmp_path):
     pytest.importorskip("submitit")
     from tprimat.sweep.launch import make_executor

@@ -1,4 +1,4 @@
-"""The ``tprimat`` console script: ``launch`` (Hydra overrides), ``check``, ``compare``, ``preflight``, ``ingest``."""
+"""The ``tprimat`` console script: one subcommand per question a user asks (``DESCRIPTION``)."""
 
 from __future__ import annotations
 
@@ -193,9 +193,34 @@ def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optiona
     return (compose_target(spec, plan, measured, preflight) if measured["available"] else measured), ""
 
 
+DESCRIPTION = """\
+tprimat benchmarks LLM training across GPUs (NVIDIA, AMD, a CPU for development) and training frameworks, so that
+you can answer which hardware and which stack trains a model faster and cheaper, and why.
+
+Before anything runs:
+  plan       validate every point of a sweep and check it fits in memory
+  project    projected step time, tokens/s and MFU of a spec on its device
+
+Run and measure:
+  launch     run one benchmark (the same as python launch.py; Hydra overrides)
+  preflight  measure this machine's matmul, memory and all-reduce ceilings
+
+Read what ran:
+  ingest     turn other frameworks' logs (and MLPerf results folders) into tprimat results
+  compare    tables, speedups, time to train, energy, plots and a report from results
+  gate       fail CI when throughput, the loss curve or memory moved from golden values
+  check      validate result files against the result schema
+
+Run "tprimat COMMAND --help" for a command's options."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tprimat", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from tprimat import __version__
+
+    parser = argparse.ArgumentParser(prog="tprimat", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tprimat {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("launch", help="run a benchmark: tprimat launch [group=option ...] [key=value ...]")
     check_parser = sub.add_parser("check", help="validate result files against the JSON Schema")
     check_parser.add_argument("results", nargs="+", help="result files or run directories")

@@ -116,8 +116,8 @@ def no_results(args: argparse.Namespace, skipped: list, ttt: list) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "comparison.json").write_text(json.dumps({"time_to_train": [t.as_dict() for t in ttt]}, indent=2))
-        (out / "report.md").write_text("# tprimat comparison report\n")
-        ttt_report.append_to_report(out / "report.md", ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+        lead = ttt_report.lead_section(ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+        (out / "report.md").write_text("\n".join(["# tprimat comparison report", "", *lead]) + "\n")
     return 0 if ttt else 1
 
 
@@ -134,8 +134,8 @@ def write_outputs(out: Path, groups, found, skipped: list, near: dict, ttt: list
     if ttt:
         comparison["time_to_train"] = [t.as_dict() for t in ttt]
     (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
-    md = write_report(groups, found, skipped, pngs, out, args.aggregate, near)
-    ttt_report.append_to_report(md, ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+    lead = ttt_report.lead_section(ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
+    md = write_report(groups, found, skipped, pngs, out, args.aggregate, near, lead)
     page = write_html(groups, found, out, near if args.anchors else None, ttt_report.html_section(ttt))
     print(f"wrote {md}, {page.name}, {len(pngs)} plots, {', '.join(p.name for p in tables)}")
 

@@ -68,6 +68,12 @@ def _apart(a, b) -> bool:
 
 
 def check_repeats(group) -> None:
+    """Repeats that disagree; an MLPerf system's runs are seeds of one result (each its own convergence), not
+    repeats of one measurement: never flagged."""
+    from tprimat.compare.groups import mlperf_place
+
+    if mlperf_place(group.first) is not None:
+        return
     reps = [r for r in group.repeats if r.rate and r.rate > 0]
     if any(_apart(a, b) for a, b in combinations(reps, 2)):
         listed = "; ".join(f"{r.source}: {r.rate:,.4g} tokens/s/device ({r.provenance})" for r in reps)

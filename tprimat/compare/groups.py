@@ -41,14 +41,17 @@ def identity_of(result: dict) -> str:
     return hashlib.sha256(f"{identity} {evidence}".encode()).hexdigest()[:16]
 
 
-def mlperf_place(result: dict) -> Optional[tuple[str, str, str]]:
-    """(submitter, system, benchmark) of a run ``tprimat ingest`` read from an MLPerf results repository, else None."""
+def mlperf_place(result: dict) -> Optional[tuple[str, ...]]:
+    """(submitter, system, benchmark) of a run ``tprimat ingest`` read from an MLPerf results repository, else None;
+    led by its round (``v5.0``) where the repository states one: one system name in two rounds is two results."""
     source = result.get("source")
     place = source.get("mlperf") if isinstance(source, dict) else None
     if not isinstance(place, dict):
         return None
     found = tuple(place.get(k) for k in ("submitter", "system", "benchmark"))
-    return found if all(isinstance(v, str) and v for v in found) else None
+    if not all(isinstance(v, str) and v for v in found):
+        return None
+    return (f"v{place['round']}", *found) if isinstance(place.get("round"), str) and place["round"] else found
 
 
 def unstated(result: dict) -> list[str]:
@@ -178,7 +181,10 @@ class Group:
     @property
     def logs(self) -> str:
         """The ingested logs' file names (``, ``-joined; empty for tprimat's own runs): which row is which log; past
-        three, the first and a count (an MLPerf system's ten runs)."""
+        three, the first and a count; an MLPerf system by its submitter and system and its runs (seeds of one result)."""
+        place = mlperf_place(self.first)
+        if place is not None:
+            return f"{place[-3]} {place[-2]} ({len(self.runs)} runs)"
         names = list(dict.fromkeys(f for run in self.runs if (f := (run.result.get("source") or {}).get("file"))))
         return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more logs"
 

@@ -220,9 +220,14 @@ td:first-child, th:first-child { text-align: left; }
 """
 
 
+PLOTLY_JS = "plotly.min.js"  # beside report.html: one copy for every chart
+
+
 def write_html(groups: list[Group], found: list[Speedup], out: Path, near: Optional[dict] = None,
                sections: str = "") -> Path:
-    """report.html: the summary, the groups' table, the charts, and ``sections`` (HTML: compare's time to train)."""
+    """report.html: ``sections`` first where given (HTML: MLPerf's time to train, the answer), then the summary, the
+    groups' table and the charts. plotly.js is written once beside it (``plotly.min.js``, every chart's one copy),
+    so the page opens offline and stays small."""
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
@@ -244,19 +249,22 @@ def write_html(groups: list[Group], found: list[Speedup], out: Path, near: Optio
                       for s in found if not s.refused)
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>tprimat comparison report</title>
-<style>{STYLE}</style><script>{SCRIPT}</script><script>{get_plotlyjs()}</script></head>
+<style>{STYLE}</style><script>{SCRIPT}</script><script src="{PLOTLY_JS}"></script></head>
 <body><h1>tprimat comparison report</h1>
 <pre id="script-errors" hidden></pre>
+{sections}
 <p class="note">{len(groups)} groups. Colours: platform ({legend}); markers: precision ({symbols}); bars of fp32 are
 hatched /, fp8 x. Published rows are never measurements of yours. Click a column to sort.</p>
 <h2>Summary</h2><ul>{summary or "<li>no speedup computed</li>"}</ul>
 <h2>Groups</h2>{table(groups)}
 <h2>Charts</h2>{"".join(parts)}
-{sections}
 {"<p class='note'>Not drawn: " + html.escape("; ".join(missing)) + "</p>" if missing else ""}
 <script>window.tprimatCharts = {json.dumps(len(parts))};</script>
 </body></html>
 """
+    script = out / PLOTLY_JS
+    if not script.exists() or script.stat().st_size != len(get_plotlyjs().encode()):
+        script.write_text(get_plotlyjs())
     path = out / "report.html"
     path.write_text(page)
     return path

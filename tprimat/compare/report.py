@@ -26,8 +26,10 @@ def _audit(group: Group) -> str:
 
 
 def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: list[Path], aggregate: str,
-             near: Optional[dict] = None) -> list[str]:
-    lines = ["# tprimat comparison report", ""] + summary_section(groups, found) + refused_section(found)
+             near: Optional[dict] = None, lead: Optional[list[str]] = None) -> list[str]:
+    """The report: ``lead`` first where given (MLPerf's time to train: the answer), then the summary, the tables,
+    the methodology, and last what was refused and skipped."""
+    lines = ["# tprimat comparison report", ""] + (lead or []) + summary_section(groups, found)
     lines += ["", "## Hardware and software", ""] + hardware_table(groups)
     lines += ["", "## Configuration", ""] + configuration_table(groups)
     lines += ["", "## Performance", ""]
@@ -52,7 +54,7 @@ def sections(groups: list[Group], found: list[Speedup], skipped: list, plots: li
     lines += ["", "Prices: " + "; ".join(sorted({g.metrics['price_source'] for g in groups})) + ".", ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.parent.name}/{p.name})" for p in plots] + [""]
-    lines += methodology_notes(groups, aggregate)
+    lines += methodology_notes(groups, aggregate) + refused_section(found)
     if skipped:
         lines += ["", "## Skipped inputs", ""] + [f"- {p}: {why}" for p, why in skipped]
     return lines
@@ -67,8 +69,8 @@ def summary_section(groups: list[Group], found: list[Speedup]) -> list[str]:
                      "model, methodology, compile, recompute): nothing to compare head to head")
     by_reason = refused_by_reason(found)
     if by_reason:
-        lines.append(f"- refused: {sum(map(len, by_reason.values()))} pairs that differ in one axis (see Refused "
-                     "pairs): " + "; ".join(f"{len(pairs)}: {REASONS[key]}" for key, pairs in by_reason.items()))
+        lines.append(f"- refused: {sum(map(len, by_reason.values()))} pairs that differ in one axis (Refused pairs, "
+                     "at the end): " + "; ".join(f"{len(pairs)}: {REASONS[key]}" for key, pairs in by_reason.items()))
     return lines + [f"- FLAG {g.label}: {flag}" for g in groups for flag in counted(g.flags)]
 
 
@@ -162,8 +164,9 @@ def methodology_notes(groups: list[Group], aggregate: str) -> list[str]:
             "spread explains), not steady (step time drifting across the window)."]
 
 
-def write_report(groups, found, skipped, plots, out: Path, aggregate: str, near: Optional[dict] = None) -> Path:
-    """``near``: each group's published rows (``--anchors``), else None (no section)."""
+def write_report(groups, found, skipped, plots, out: Path, aggregate: str, near: Optional[dict] = None,
+                 lead: Optional[list[str]] = None) -> Path:
+    """``near``: each group's published rows (``--anchors``), else None (no section); ``lead``: what opens it."""
     path = out / "report.md"
-    path.write_text("\n".join(sections(groups, found, skipped, plots, aggregate, near)) + "\n")
+    path.write_text("\n".join(sections(groups, found, skipped, plots, aggregate, near, lead)) + "\n")
     return path

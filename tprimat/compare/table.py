@@ -21,6 +21,9 @@ COLUMNS = [  # (header, key in group_summary)
     ("peak mem GiB", "peak_memory_gib"), ("$ per 1T tokens", "usd_per_1t_tokens"),
     ("kWh per 1M tokens", "energy_kwh_per_1m_tokens"), ("flags", "flags"),
 ]
+CONSOLE = ("model", "framework", "device", "world_size", "numerics", "tokens_per_s_per_device", "step_time_s_median",
+           "mfu", "flags")  # the console's columns (within 120 characters); every column: report.md, table.csv
+CONSOLE_WIDTH = 120
 LOGS = ("log", "logs")  # a first column where any group is an ingested log
 DIFFERS = ("differs in", "distinction")  # where two groups would print one row alike: what tells them apart
 MARKS = {"reported": " (reported)", "computed": "", "measured": ""}
@@ -71,10 +74,11 @@ def print_console(groups: list[Group], found: list[Speedup], skipped: list, cons
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=260)
+    console = console or Console(width=CONSOLE_WIDTH)
     table = Table(title="tprimat compare: measured steps only (warm-up excluded); [..] = 95% CI over repeats "
-                  "(within-run: one repeat, block bootstrap over steps); (reported): printed by the framework")
-    shown = columns(groups)
+                  "(within-run: one repeat, block bootstrap over steps); (reported): printed by the framework; "
+                  "every column: --out's report.md and table.csv")
+    shown = [(h, k) for h, k in columns(groups) if k in CONSOLE or (h, k) in (LOGS, DIFFERS)]
     for header, _ in shown:
         table.add_column(header, overflow="fold")
     for group in groups:

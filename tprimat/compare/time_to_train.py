@@ -7,30 +7,54 @@ arithmetic as MLCommons' ``mlperf-logging`` ``result_summarizer._compute_strong_
 the fastest and the slowest dropped, the rest averaged (the olympic mean); one run that did not converge counts as
 the slowest and is the one dropped at that end; with more than one there is no valid score; the mean times the
 folder's ``scaling.json`` factor where the review set one. A system with fewer runs than the rules require is shown
-and flagged, never scored as if complete.
+and flagged, never scored as if complete. The rules are each round's, as data with their sources
+(``mlperf_rounds.json``). Where the runs' MLPerf Power readings gave each run's energy (``tprimat ingest``), the
+system's energy score is the olympic mean of those energies in the order of the runs' times, times the same factor
+(``_index_olympic_average``), in kWh and kWh per accelerator.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Optional
 
 from tprimat.results.readfile import UnreadableFile, read_json
 
-# Runs per result and quality targets (lower is better), MLPerf Training v5.1 rules (training_rules.adoc: "Benchmark
-# results" and the quality-target table): Llama 3.1 8B pretraining to eval log perplexity 3.3, Llama 2 70B LoRA to
-# eval loss 0.925; ten runs each.
-REQUIRED_RUNS = {"llama31_8b": 10, "llama2_70b_lora": 10}
-TARGETS = {"llama31_8b": 3.3, "llama2_70b_lora": 0.925}
-MAX_NOT_CONVERGED = 1
+JOULES_PER_KWH = 3.6e6
 RULE = ("Each run: run_stop - run_start in minutes. Each system and benchmark: the converged runs sorted, the fastest "
         "and the slowest dropped, the rest averaged; one run that did not converge is the slowest and the one dropped; "
-        "more than one: no valid score; times the folder's scaling.json factor (MLPerf Training rules, "
+        "more than one: no valid score; times the folder's scaling.json factor (MLPerf Training rules of the round, "
         "training_rules.adoc, Benchmark results; mlperf-logging's result_summarizer). Fewer runs than the rules "
-        "require: flagged, no score.")
+        "require: flagged, no score. Energy (MLPerf Power): each run's readings over its time to train, the same "
+        "olympic mean in the order of the runs' times, times the same factor.")
+
+
+@cache
+def rounds() -> dict:
+    """``mlperf_rounds.json``: each round's runs required, quality targets and their sources."""
+    return json.loads((Path(__file__).with_name("mlperf_rounds.json")).read_text())
+
+
+def rule_of(round_: Optional[str], benchmark: str) -> tuple[Optional[dict], str]:
+    """(the benchmark's rule, where it comes from): the round's own, else, for a round not stated, the rule every
+    round with that benchmark states alike; (None, why) where there is none."""
+    table = rounds()["rounds"]
+    if round_ in table:
+        found = table[round_]["benchmarks"].get(benchmark)
+        return (found, f"MLPerf Training v{round_} rules") if found else (
+            None, f"{benchmark} is not an LLM benchmark of MLPerf Training v{round_} in tprimat's table of the rules")
+    same = [(r, b[benchmark]) for r, b in ((r, t["benchmarks"]) for r, t in table.items()) if benchmark in b]
+    facts = {(b["runs_required"], b["target"], b.get("floor")) for _, b in same}
+    where = f"round {round_}" if round_ else "round not stated"
+    if len(facts) == 1:
+        return same[0][1], f"{where}: MLPerf Training v{', v'.join(r for r, _ in same)} rules (alike)"
+    return None, f"{where}: runs required for {benchmark} not stated in tprimat's table of the rules" + (
+        " (its rounds differ)" if same else "")
 
 
 @dataclass(frozen=True)
@@ -43,11 +67,12 @@ class RunTime:
     samples_to_target: Optional[float]
     target: Optional[float] = None
     target_source: str = "not stated"
+    energy_j: Optional[float] = None  # MLPerf Power: the run's energy to train, where its readings gave one
 
     def as_dict(self) -> dict:
         return {"path": self.path, "minutes": self.minutes, "status": self.status, "converged": self.converged,
                 "last_eval": self.last_eval, "samples_to_target": self.samples_to_target, "target": self.target,
-                "target_source": self.target_source}
+                "target_source": self.target_source, "energy_j": self.energy_j}
 
 
 @dataclass
@@ -66,6 +91,26 @@ class Score:
     stated: dict = field(default_factory=dict)  # what the runs' results state: ``STATED``'s keys, None where none does
     price_per_device_hour_usd: Optional[float] = None
     price_source: str = "no price stated (platform.price_per_device_hour_usd at ingest, or compare --price GPU=USD)"
+    round: Optional[str] = None
+    energy_j: Optional[float] = None  # the energy score (MLPerf Power), joules; None where the runs have none
+    per_node: Optional[int] = None  # accelerators per node (systems JSON)
+
+    @property
+    def accelerator_row(self) -> Optional[str]:
+        """The accelerator as its row of the hardware table names it (two spellings of one GPU are one row); None
+        where no row matches its name."""
+        from tprimat.spec.hardware import DEVICES, device_key_from_name
+
+        key = device_key_from_name(self.accelerator) if self.accelerator else None
+        return DEVICES[key].name if key else None
+
+    @property
+    def energy_kwh(self) -> Optional[float]:
+        return self.energy_j / JOULES_PER_KWH if self.energy_j is not None else None
+
+    @property
+    def energy_kwh_per_device(self) -> Optional[float]:
+        return self.energy_kwh / self.devices if self.energy_kwh is not None and self.devices else None
 
     @property
     def gpu_hours(self) -> Optional[float]:
@@ -83,10 +128,12 @@ class Score:
         return hours * self.price_per_device_hour_usd if hours and self.price_per_device_hour_usd else None
 
     def as_dict(self) -> dict:
-        return {"submitter": self.submitter, "system": self.system, "benchmark": self.benchmark,
-                "score_minutes": self.minutes, "olympic_mean_minutes": self.unscaled_minutes,
+        return {"submitter": self.submitter, "system": self.system, "benchmark": self.benchmark, "round": self.round,
+                "score_minutes": self.minutes, "energy_kwh": self.energy_kwh,
+                "energy_kwh_per_device": self.energy_kwh_per_device, "olympic_mean_minutes": self.unscaled_minutes,
                 "scaling_factor": self.scaling_factor, "runs": len(self.runs),
                 "converged": sum(r.converged for r in self.runs), "accelerator": self.accelerator,
+                "accelerator_row": self.accelerator_row, "per_node": self.per_node,
                 "devices": self.devices, "nodes": self.nodes, "gpu_hours": self.gpu_hours,
                 "samples_to_target": self.samples_to_target, **self.stated,
                 "price_per_device_hour_usd": self.price_per_device_hour_usd, "price_source": self.price_source,
@@ -105,7 +152,7 @@ def number(value) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def run_time(result: dict, path: str, benchmark: str) -> RunTime:
+def run_time(result: dict, path: str, benchmark: str, rule: Optional[dict] = None) -> RunTime:
     """One run: a run converged when its run_stop says ``success`` and, where the benchmark's target is known and
     the log has evals, one reached it (mlperf-logging's compliance check asks both)."""
     source = result.get("source") if isinstance(result.get("source"), dict) else {}
@@ -115,34 +162,44 @@ def run_time(result: dict, path: str, benchmark: str) -> RunTime:
              if isinstance(e, dict)] if isinstance(source.get("eval_accuracy"), list) else []
     evals = [(samples, value) for samples, value in evals if value is not None]
     logged = number(source.get("target_accuracy"))
-    target = logged if logged is not None else TARGETS.get(benchmark)
+    target = logged if logged is not None else (rule or {}).get("target")
+    floor = (rule or {}).get("floor")
     target_source = ("log: MLLOG target_accuracy" if logged is not None else
                      "MLPerf Training rules' quality target" if target is not None else "not stated")
-    reached = next((samples for samples, value in evals if target is not None and value <= target), None)
+    meets = lambda value: target is not None and value <= target and (floor is None or value > floor)  # noqa: E731
+    reached = next((samples for samples, value in evals if meets(value)), None)
     status = source.get("status") if isinstance(source.get("status"), str) else None
-    hit = target is None or not evals or any(value <= target for _, value in evals)
+    hit = target is None or not evals or any(meets(value) for _, value in evals)
+    place = source.get("mlperf") if isinstance(source.get("mlperf"), dict) else {}
+    power = place.get("power") if isinstance(place.get("power"), dict) else {}
     return RunTime(path, minutes, status == "success" and minutes is not None and hit, status,
-                   evals[-1][1] if evals else None, number(reached), target, target_source)
+                   evals[-1][1] if evals else None, number(reached), target, target_source, number(power.get("energy_j")))
 
 
-def olympic(minutes: list[float], not_converged: int) -> Optional[float]:
+def olympic(minutes: list[float], not_converged: int, by: Optional[list[float]] = None) -> Optional[float]:
     """mlperf-logging's olympic mean: sorted, one dropped from the fast end, and from the slow end one less for each
-    run that did not converge (it was the slowest, already out)."""
-    kept = sorted(minutes)[MAX_NOT_CONVERGED:len(minutes) - (MAX_NOT_CONVERGED - not_converged)]
+    run that did not converge (it was the slowest, already out). ``by``: sort ``minutes`` (energies) in the order of
+    these (the runs' times), as its ``_index_olympic_average`` does."""
+    dropped = rounds()["dropped_each_end"]
+    order = sorted(range(len(minutes)), key=lambda i: (by or minutes)[i])
+    kept = [minutes[i] for i in order][dropped:len(minutes) - (dropped - not_converged)]
     return sum(kept) / len(kept) if kept else None
 
 
-def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scaling_factor: Optional[float]) -> Score:
-    s = Score(submitter, system, benchmark, runs, scaling_factor)
+def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scaling_factor: Optional[float],
+          round_: Optional[str] = None) -> Score:
+    s = Score(submitter, system, benchmark, runs, scaling_factor, round=round_)
     converged = [r.minutes for r in runs if r.converged]
     not_converged = len(runs) - len(converged)
-    required = REQUIRED_RUNS.get(benchmark)
+    rule, said = rule_of(round_, benchmark)
+    required = rule["runs_required"] if rule else None
+    allowed = rounds()["max_not_converged"]
     if required is None:
-        s.flags.append(f"runs required for {benchmark}: not stated in tprimat's table of the rules")
+        s.flags.append(said)
     elif len(runs) < required:
         s.flags.append(f"{len(runs)} runs of the {required} the rules require: no complete result")
-    if not_converged > MAX_NOT_CONVERGED:
-        s.flags.append(f"{not_converged} runs did not converge (the rules allow {MAX_NOT_CONVERGED}): no valid score")
+    if not_converged > allowed:
+        s.flags.append(f"{not_converged} runs did not converge (the rules allow {allowed}): no valid score")
         return s
     if not_converged:
         s.flags.append(f"{not_converged} run did not converge: dropped as the slowest")
@@ -151,13 +208,26 @@ def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scal
         s.flags.append("no run left after dropping the fastest and the slowest")
     elif required is None or len(runs) >= required:
         s.minutes = s.unscaled_minutes * (scaling_factor or 1.0)
+    energy(s, not_converged)
     return s
 
 
+def energy(s: Score, not_converged: int) -> None:
+    """The energy score where every converged run has its energy (MLPerf Power), scored as its time is."""
+    done = [r for r in s.runs if r.converged]
+    if not any(r.energy_j is not None for r in s.runs) or s.minutes is None:
+        return
+    if any(r.energy_j is None for r in done):
+        s.flags.append("MLPerf Power: not every converged run has readings: no energy score")
+        return
+    joules = olympic([r.energy_j for r in done], not_converged, by=[r.minutes for r in done])
+    s.energy_j = joules * (s.scaling_factor or 1.0) if joules is not None else None
+
+
 def from_results(items: list[tuple[str, dict]]) -> list[Score]:
-    """(path, result) pairs -> one Score per (submitter, system, benchmark) of the results that carry MLPerf's
-    layout (``source.mlperf``), whatever their status; the others are not MLPerf runs and are left alone. A log
-    ingested twice (the same ``source.sha256``) counts once."""
+    """(path, result) pairs -> one Score per (round, submitter, system, benchmark) of the results that carry
+    MLPerf's layout (``source.mlperf``), whatever their status; the others are not MLPerf runs and are left alone. A
+    log ingested twice (the same ``source.sha256``) counts once."""
     runs: dict[tuple, dict] = {}
     first: dict[tuple, dict] = {}
     results: dict[tuple, list] = {}
@@ -166,9 +236,11 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
         place = source.get("mlperf")
         if not isinstance(place, dict) or not all(isinstance(place.get(k), str) for k in ("submitter", "system", "benchmark")):
             continue
-        key = (place["submitter"], place["system"], place["benchmark"])
+        round_ = place.get("round") if isinstance(place.get("round"), str) else None
+        key = (round_ or "", place["submitter"], place["system"], place["benchmark"])
         once = source.get("sha256") if isinstance(source.get("sha256"), str) else path
-        runs.setdefault(key, {}).setdefault(once, run_time(result, path, place["benchmark"]))
+        rule, _ = rule_of(round_, place["benchmark"])
+        runs.setdefault(key, {}).setdefault(once, run_time(result, path, place["benchmark"], rule))
         first.setdefault(key, place)
         results.setdefault(key, []).append(result)
     return [system_score(key, by_log, first[key], results[key]) for key, by_log in sorted(runs.items())]
@@ -177,10 +249,12 @@ def from_results(items: list[tuple[str, dict]]) -> list[Score]:
 def system_score(key: tuple, by_log: dict, place: dict, results: list[dict]) -> Score:
     """One system and benchmark's score, with what its ``source.mlperf`` place and its results state."""
     factor = number(place.get("scaling_factor"))
-    s = score(*key, sorted(by_log.values(), key=lambda r: r.path), factor if factor and factor > 0 else None)
+    s = score(*key[1:], sorted(by_log.values(), key=lambda r: r.path), factor if factor and factor > 0 else None,
+              key[0] or None)
     s.accelerator = place.get("accelerator") if isinstance(place.get("accelerator"), str) else None
     s.devices, s.nodes = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
                           for v in (place.get("devices"), place.get("nodes")))
+    s.per_node = s.devices // s.nodes if s.devices and s.nodes and s.devices % s.nodes == 0 else None
     if place.get("scaling_factor") is not None and s.scaling_factor is None:
         s.flags.append(f"scaling_factor {place.get('scaling_factor')!r} is not a positive number: not applied")
     flags = place.get("flags")

@@ -25,41 +25,94 @@ def priced(scores: list[Score], prices: dict[str, float]) -> None:
             s.price_per_device_hour_usd, s.price_source = stated, "platform.price_per_device_hour_usd (the results')"
 
 
+def hardware_row(s: Score) -> str:
+    """The accelerator as its hardware-table row names it, the submitted name kept beside where it differs; the
+    submitted name alone where no row matches."""
+    submitted, name = s.accelerator or NOT_STATED, s.accelerator_row
+    if name is None:
+        return submitted
+    return name if name == submitted else f"{name} (as submitted: {submitted})"
+
+
+def accelerator_key(s: Score) -> str:
+    """One accelerator, one key: its hardware-table row where its name maps (MI325X spelt two ways is one)."""
+    return s.accelerator_row or s.accelerator or NOT_STATED
+
+
+def layout(s: Score) -> str:
+    """Nodes x accelerators per node (``2 x 4``), as the systems JSON states them."""
+    if s.nodes and s.per_node:
+        return f"{s.nodes} x {s.per_node}"
+    return f"{cell(s.nodes)} nodes, {cell(s.devices)} devices"
+
+
+def ordered(scores: list[Score]) -> list[Score]:
+    """Per round and benchmark, the scored systems fastest first, then the ones without a score."""
+    return sorted(scores, key=lambda s: (s.round or "", s.benchmark, s.minutes is None, s.minutes or 0.0,
+                                         s.submitter, s.system))
+
+
 def table_lines(scores: list[Score]) -> list[str]:
-    """One row per system and benchmark, flags beside; "not stated" for what no log or systems JSON states."""
-    lines = ["| submitter | system | benchmark | accelerator | nodes / devices | framework | precision | global batch | "
-             "score (min) | olympic mean (min) | scaling | converged / runs | samples to target | tokens/s/device | "
-             "GPU-hours | cost to train (USD) | flags |", "|" + "---|" * 17]
-    for s in scores:
+    """One row per system and benchmark, fastest first within a round and benchmark; flags beside; "not stated"
+    for what no log or systems JSON states."""
+    lines = ["| round | benchmark | submitter | system | accelerator | nodes x per node | score (min) | energy (kWh) | "
+             "kWh per accelerator | converged / runs | framework | precision | global batch | olympic mean (min) | "
+             "scaling | samples to target | tokens/s/device | GPU-hours | cost to train (USD) | flags |",
+             "|" + "---|" * 20]
+    for s in ordered(scores):
         st = s.stated
         lines.append(
-            f"| {s.submitter} | {s.system} | {s.benchmark} | {cell(s.accelerator)} | {cell(s.nodes)} / {cell(s.devices)} | "
+            f"| {cell(s.round)} | {s.benchmark} | {s.submitter} | {s.system} | {hardware_row(s)} | {layout(s)} | "
+            f"{cell(s.minutes, '.2f') if s.minutes is not None else 'no score'} | {cell(s.energy_kwh, ',.1f')} | "
+            f"{cell(s.energy_kwh_per_device, '.2f')} | {sum(r.converged for r in s.runs)} / {len(s.runs)} | "
             f"{cell(st.get('framework'))} | {cell(st.get('precision'))} | {cell(st.get('global_batch_size'))} | "
-            f"{cell(s.minutes, '.2f') if s.minutes is not None else 'no score'} | {cell(s.unscaled_minutes, '.2f')} | "
-            f"{cell(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
-            f"{sum(r.converged for r in s.runs)} / {len(s.runs)} | {cell(s.samples_to_target, ',.0f')} | "
-            f"{cell(st.get('tokens_per_s_per_device'), ',.0f')} | {cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} | "
-            f"{'; '.join(s.flags) or '-'} |")
+            f"{cell(s.unscaled_minutes, '.2f')} | {cell(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
+            f"{cell(s.samples_to_target, ',.0f')} | {cell(st.get('tokens_per_s_per_device'), ',.0f')} | "
+            f"{cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} | {'; '.join(s.flags) or '-'} |")
     return lines
 
 
 def side_by_side_lines(scores: list[Score]) -> list[str]:
-    """Per benchmark and device count, each accelerator's fastest scored system, fastest first: the accelerators at
-    equal device counts (``--by platform.gpu``); one accelerator is one row of the hardware table where it maps."""
+    """Per round, benchmark and device count, each accelerator's fastest scored system, fastest first: the
+    accelerators at equal device counts (``--by platform.gpu``); one accelerator is one row of the hardware table
+    where it maps."""
     best: dict[tuple, Score] = {}
     for s in scores:
         if s.minutes is None or s.devices is None:
             continue
-        key = (s.benchmark, s.devices, s.stated.get("gpu") or s.accelerator or NOT_STATED)
+        key = (s.round or "", s.benchmark, s.devices, accelerator_key(s))
         if key not in best or s.minutes < best[key].minutes:
             best[key] = s
-    lines = ["| benchmark | devices | accelerator | fastest system | score (min) | x the fastest | GPU-hours | "
-             "cost to train (USD) |", "|---|---|---|---|---|---|---|---|"]
-    for (benchmark, devices) in sorted({k[:2] for k in best}):
-        row = sorted((s for k, s in best.items() if k[:2] == (benchmark, devices)), key=lambda s: s.minutes)
+    lines = ["| round | benchmark | devices | accelerator | fastest system | nodes x per node | score (min) | "
+             "x the fastest | energy (kWh) | GPU-hours | cost to train (USD) |", "|" + "---|" * 11]
+    for (round_, benchmark, devices) in sorted({k[:3] for k in best}):
+        row = sorted((s for k, s in best.items() if k[:3] == (round_, benchmark, devices)), key=lambda s: s.minutes)
         for s in row:
-            lines.append(f"| {benchmark} | {devices} | {cell(s.accelerator)} | {s.submitter}/{s.system} | {s.minutes:.2f} | "
-                         f"{s.minutes / row[0].minutes:.2f} | {cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} |")
+            lines.append(f"| {round_ or NOT_STATED} | {benchmark} | {devices} | {accelerator_key(s)} | "
+                         f"{s.submitter} {s.system} | {layout(s)} | {s.minutes:.2f} | {s.minutes / row[0].minutes:.2f} | "
+                         f"{cell(s.energy_kwh, ',.1f')} | {cell(s.gpu_hours, '.1f')} | {cell(s.cost_usd, ',.0f')} |")
+    return lines
+
+
+CONSOLE_COLUMNS = 120
+
+
+def console_lines(scores: list[Score]) -> list[str]:
+    """The time-to-train table as the console shows it: one fixed-width row per system within 120 columns, the
+    full table (every column, every flag) in report.md and comparison.json."""
+    head = f"{'round':<5} {'benchmark':<15} {'system':<44} {'accelerator':<16} {'layout':<7} {'min':>8} {'kWh':>8} flags"
+    lines = [head]
+    for s in ordered(scores):
+        name = f"{s.submitter} {s.system}"
+        name = name if len(name) <= 44 else name[:43] + "~"
+        accel = accelerator_key(s)
+        accel = accel if len(accel) <= 16 else accel[:15] + "~"
+        shape = f"{s.nodes}x{s.per_node}" if s.nodes and s.per_node else "?"
+        minutes = f"{s.minutes:.2f}" if s.minutes is not None else "none"
+        kwh = f"{s.energy_kwh:,.0f}" if s.energy_kwh is not None else "-"
+        row = (f"{cell(s.round):<5} {s.benchmark[:15]:<15} {name:<44} {accel:<16} {shape[:7]:<7} {minutes:>8} {kwh:>8} "
+               f"{len(s.flags)}")
+        lines.append(row[:CONSOLE_COLUMNS])
     return lines
 
 
@@ -67,9 +120,9 @@ def by_accelerator(scores: list[Score]) -> list[tuple[str, str, list[Score]]]:
     """(accelerator, benchmark, its scored systems) for every pair that has one: the chart's series."""
     points = [s for s in scores if s.minutes is not None and s.devices]
     series = []
-    for accelerator in sorted({s.accelerator or NOT_STATED for s in points}):
+    for accelerator in sorted({accelerator_key(s) for s in points}):
         for benchmark in sorted({s.benchmark for s in points}):
-            mine = [s for s in points if (s.accelerator or NOT_STATED) == accelerator and s.benchmark == benchmark]
+            mine = [s for s in points if accelerator_key(s) == accelerator and s.benchmark == benchmark]
             series += [(accelerator, benchmark, mine)] if mine else []
     return series
 
@@ -105,21 +158,33 @@ def printed(paths: list[str], prices: dict[str, float], by_device: bool = False,
     scores = from_results([(path, r) for path, r in read_all(paths) if keep is None or keep(r)])
     priced(scores, prices)
     if scores:
-        print("\ntime to train, by MLPerf Training's rules (olympic mean of the runs x the folder's scaling factor):")
-        print("\n".join(table_lines(scores)))
+        print("\ntime to train by MLPerf Training's rules (olympic mean of the runs x scaling; flags: a count, each in "
+              "report.md):")
+        print("\n".join(console_lines(scores)))
         if by_device:
             print("\naccelerators side by side at equal device counts (each one's fastest system):")
-            print("\n".join(side_by_side_lines(scores)))
+            print("\n".join(side_by_side_console(scores)))
     return scores
 
 
-def append_to_report(md: Path, scores: list[Score], png: Optional[Path]) -> None:
+def side_by_side_console(scores: list[Score]) -> list[str]:
+    """``side_by_side_lines`` within 120 columns."""
+    lines = [f"{'round':<5} {'benchmark':<15} {'devices':>7} {'accelerator':<18} {'fastest system':<44} {'min':>8} {'x':>5}"]
+    for line in side_by_side_lines(scores)[2:]:
+        c = [x.strip() for x in line.strip("|").split(" | ")]
+        row = f"{c[0]:<5} {c[1][:15]:<15} {c[2]:>7} {c[3][:18]:<18} {c[4][:44]:<44} {c[6]:>8} {c[7]:>5}"
+        lines.append(row[:CONSOLE_COLUMNS])
+    return lines
+
+
+def lead_section(scores: list[Score], png: Optional[Path]) -> list[str]:
+    """What a report with MLPerf results opens with: the time-to-train table, fastest first, and the accelerators
+    side by side at equal device counts."""
     if not scores:
-        return
-    with md.open("a") as f:
-        f.write("\n## Time to train (MLPerf Training rules)\n\n" + RULE + "\n\n" + "\n".join(table_lines(scores))
-                + "\n\n### Accelerators side by side at equal device counts\n\n" + "\n".join(side_by_side_lines(scores))
-                + "\n" + (f"\n![Time to train against devices](plots/{png.name})\n" if png else ""))
+        return []
+    return (["## Time to train (MLPerf Training rules)", "", RULE, ""] + table_lines(scores)
+            + ["", "### Accelerators side by side at equal device counts", ""] + side_by_side_lines(scores)
+            + (["", f"![Time to train against devices](plots/{png.name})"] if png else []) + [""])
 
 
 def html_table(md_lines: list[str]) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 from tprimat.ingest.build import Meta, find_runs, ingest_file, read_system
-from tprimat.ingest.mlperf_repo import in_results_tree, place_of
+from tprimat.ingest.mlperf_power import run_energy
+from tprimat.ingest.mlperf_repo import in_results_tree, is_power_file, place_of
 from tprimat.ingest.stated import as_int
 from tprimat.logs.parsers import PARSERS
 from tprimat.results.progress import progress
@@ -36,8 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-steps", type=int, help="steps excluded from statistics (default: the config's)")
     for flag, key in FLAG_KEYS.items():
         parser.add_argument(f"--{flag}", help=f"sets {key}")
+    parser.add_argument("--mlperf-round", metavar="X.Y", type=mlperf_round,
+                        help="the MLPerf Training round of a results repository whose folder name states none (5.0)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any other config key, e.g. --set model.num_layers=4 (repeatable)")
+
+
+def mlperf_round(text: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+", text):
+        raise argparse.ArgumentTypeError(f"--mlperf-round {text!r}: a round is MAJOR.MINOR, such as 5.0")
+    return text
 
 
 def meta_from(args: argparse.Namespace, compose) -> Meta:
@@ -61,11 +70,14 @@ def run(args: argparse.Namespace, compose) -> int:
     """``compose``: overrides -> plain config, from the entry point (tprimat.compose.compose)."""
     paths = args.paths
     found = find_runs(paths)
-    # inside an MLPerf results repository, only result_<n>.txt are run logs (READMEs, notes, other .txt: skipped)
+    # inside an MLPerf results repository, only result_*.txt are run logs; power/ readings belong to their run
+    power = [p for p in found if is_power_file(p)]
     runs = [p for p in found if place_of(p) is not None or not in_results_tree(p)]
-    not_logs = len(found) - len(runs)
+    not_logs = len(found) - len(runs) - len(power)
+    if power:
+        print(f"read {len(power)} MLPerf Power files as the energy of their runs, not as runs")
     if not_logs:
-        print(f"skipped {not_logs} files of MLPerf results folders that are not run logs (result_<n>.txt)")
+        print(f"skipped {not_logs} files of MLPerf results folders that are not run logs (result_*.txt)")
     if not runs:
         print(f"no logs found under {' '.join(paths)}")
         return 1
@@ -79,7 +91,8 @@ def run(args: argparse.Namespace, compose) -> int:
     unread: list[tuple[Path, str]] = []
     with progress(len(runs), "ingesting") as advance:
         for path in runs:
-            ingest_one(path, meta, args.format, out, unread, given_system=bool(args.system))
+            ingest_one(path, meta, args.format, out, unread, given_system=bool(args.system),
+                       mlperf_round=args.mlperf_round)
             advance(path.name)
     if unread:
         print(f"{len(unread)} of {len(runs)} files could not be ingested:")
@@ -110,7 +123,8 @@ def unknown_accelerator(system: Optional[dict]) -> Optional[str]:
     return f"accelerator {name[:120]!r} is not in the hardware table: kept as named, no peak, MFU or projection"
 
 
-def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system: bool = False) -> None:
+def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system: bool = False,
+               mlperf_round: Optional[str] = None) -> None:
     """One file: its result written (a failed one if it cannot be read), its headline printed. A run log of an
     MLPerf results repository is paired with its systems JSON (unless ``--system`` names one) and scaling.json by
     the layout, and its result carries where it sits (``source.mlperf``)."""
@@ -124,7 +138,7 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
         system = meta.system
         nodes = as_int((system or {}).get("number_of_nodes"))
         per_node = as_int((system or {}).get("accelerators_per_node"))
-        mlperf = {**place.as_source(), "scaling_factor": factor,
+        mlperf = {**place.as_source(), "scaling_factor": factor, "round": mlperf_round or place.round,
                   "accelerator": (system or {}).get("accelerator_model_name") or None, "nodes": nodes,
                   "devices": nodes * per_node if nodes and per_node else None,
                   "framework": (system or {}).get("framework") or None, "precision": precision_of(system),
@@ -136,6 +150,9 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
         result = unreadable(path, f"could not ingest {path.name}: {type(exc).__name__}: {exc}", meta)
     if mlperf is not None:
         result["source"]["mlperf"] = mlperf
+        nodes, switches = place.power_files(path)
+        if nodes or switches:
+            mlperf["power"] = run_energy(nodes, switches, time_to_train_ms(result["source"]))
     if result["source"].get("unreadable"):
         unread.append((path, (result["error"] or "").splitlines()[0][:200]))
     try:
@@ -150,6 +167,12 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
         print("  " + result["error"].splitlines()[0][:200])
     for line in headline(result) + warning_lines(result["warnings"]):
         print("  " + line)
+
+
+def time_to_train_ms(source: dict) -> Optional[float]:
+    start, stop = source.get("run_start_ms"), source.get("run_stop_ms")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, stop))
+    return float(stop - start) if numbers and stop >= start else None
 
 
 WARNINGS_SHOWN = 10  # per file; result.json keeps them all

@@ -7,6 +7,10 @@ with the block's throughput as printed:
 - ``tracked_stats {"train_step_time": t}`` without a loss (mlperf_common's block-level record): seconds per
   step. Records that also carry ``reduced_train_loss`` are per-interval (every few steps) and are kept inside
   their block; validation timings are not training throughput and are ignored.
+- A block with only per-interval records (no block-level time): the median of its intervals' step times.
+- A block left open (``block_start`` again, or the log's end, before its ``block_stop``: NVIDIA's 256- and
+  512-GPU llama31_405b logs of v5.0 close only their last block) is closed there with the steps it has, and says
+  so (``reported.closed_by``); whether the run counts is its ``run_stop``'s, as MLPerf's rules have it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 
 from tprimat.logs.clean import Line
 from tprimat.logs.facts import state
@@ -51,6 +56,7 @@ class MlperfParser(StreamParser):
         super().__init__()
         self.block: dict = {}
         self.extra = {"eval_accuracy": [], "intervals": 0}
+        self.last_step = 0
 
     def read(self, line: Line) -> list[Step]:
         text = line.text
@@ -69,17 +75,22 @@ class MlperfParser(StreamParser):
             self.tracked(value, meta, record.get("time_ms"))
         elif key == "block_stop":
             return self.block_stop(meta)
+        elif key == "block_start":
+            closed = self.block_stop({}, closed_by="the next block_start") if self.block else []
+            self.block = {"start_ms": record.get("time_ms"), "intervals": [], "start_meta": meta}
+            return closed
         else:
             self.run_event(key, value, meta, record.get("time_ms"))
         return []
 
     def finish(self) -> list[Step]:
+        closed = self.block_stop({}, closed_by="the end of the log") if self.block else []
         known = BENCHMARK_SEQUENCES.get(self.extra.get("submission_benchmark"))
         if known is not None:
             state(self.facts, "training.seq_length", known[0], known[1])  # the log's own figure, where stated, first
         if self.failure and self.extra.get("status") == "success":
             self.extra["traceback_in_log"] = self.failure[0][:300]  # kept, not the run's verdict (below)
-        return super().finish()
+        return closed + super().finish()
 
     @property
     def error(self):
@@ -107,8 +118,6 @@ class MlperfParser(StreamParser):
             # kept as logged, never read as samples trained: AMD logs the dataset's size here, NVIDIA the samples
             self.extra.setdefault("train_samples", {"value": value, "note": "as logged: its meaning differs by "
                                                     "submitter (dataset size or samples trained); not used"})
-        elif key == "block_start":
-            self.block = {"start_ms": time_ms, "intervals": []}
 
     def tracked(self, value: dict, meta: dict, time_ms) -> None:
         if finite(value.get("throughput")):
@@ -120,24 +129,33 @@ class MlperfParser(StreamParser):
             self.block.update(train_step_time_s=value["train_step_time"], time_ms=time_ms,
                               samples_count_or_step=meta.get("samples_count"))
 
-    def block_stop(self, meta: dict) -> list[Step]:
+    def block_stop(self, meta: dict, closed_by: str = "block_stop") -> list[Step]:
         block, self.block = self.block, {}
-        if "samples_per_s" not in block and "train_step_time_s" not in block:
+        intervals = block.get("intervals") or []
+        if "samples_per_s" not in block and "train_step_time_s" not in block and not intervals:
             return []
         gbs = (self.facts.get("training.global_batch_size") or (None,))[0]
         step = meta.get("step")
         if step is None and finite(meta.get("samples_count")) and gbs:
             step = meta["samples_count"] / gbs  # AMD: cumulative samples at the block's end
-        if not finite(step):
-            step = len(self.seen) + 1
+        if step is None and closed_by != "block_stop":  # an open block: its start's place plus its first step
+            started = (block.get("start_meta") or {}).get("samples_count")
+            step = started / gbs + 1 if finite(started) and gbs else None
+        if not finite(step) or (closed_by != "block_stop" and int(step) <= self.last_step):
+            step = self.last_step + 1
+        self.last_step = max(self.last_step, int(step))
         reported = {k: block[k] for k in ("samples_per_s", "samples_count_or_step", "time_ms", "train_step_time_s")
                     if k in block}
         reported["block_stop_step"] = meta.get("step")
-        intervals = block.get("intervals") or []
+        if closed_by != "block_stop":
+            reported["closed_by"] = closed_by
         if intervals:
             reported["interval_step_times_s"] = [t for t, _ in intervals]
         time_s = block.get("train_step_time_s")
-        if time_s is None and gbs:
+        if time_s is None and "samples_per_s" not in block:
+            time_s = statistics.median(t for t, _ in intervals)
+            reported["step_time_s_from"] = "the median of the block's per-interval train_step_time"
+        elif time_s is None and gbs:
             time_s = gbs / block["samples_per_s"]
             reported["step_time_s_from"] = "global_batch_size / tracked_stats throughput"
         loss = intervals[-1][1] if intervals and finite(intervals[-1][1]) else None
