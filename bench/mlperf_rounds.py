@@ -9,9 +9,12 @@ For each repository given (a checkout of mlcommons/training_results_v<round>, or
 the scores are compared system by system: equal when within 0.01 minutes (the published tables' precision) and, for
 energy, within 1e-6 relative. A system tprimat leaves unscored because it has fewer runs than the round's rules
 require is compared by its olympic mean times its factor (what result_summarizer prints regardless) and counted
-under ``withheld``. Prints one line per system that differs, then per round ``round=<r> systems=<n>
-scores_equal=<a>/<b> energy_equal=<c>/<d> withheld=<w>``, and last ``mlperf_rounds_equal=<a>/<b>`` over every
-round (times and energies together).
+under ``withheld``. Where result_summarizer's energy raises (a power file whose measurement starts and stops at one
+instant divides by zero), its time is taken without power and tprimat's flag is shown. A folder with no run logs in
+the checkout (a snapshot without its largest files) is named and not counted. Prints one line per system that
+differs, then per round ``round=<r> systems=<n> scores_equal=<a>/<b> energy_equal=<c>/<d> withheld=<w>
+result_summarizer_raised=<e>``, and last ``mlperf_rounds_equal=<a>/<b>`` over every round (times and energies
+together).
 
     python bench/mlperf_rounds.py training_results_v4.0 training_results_v4.1 training_results_v5.0 training_results_v5.1
     python bench/mlperf_rounds.py some/checkout --round 5.0   # a folder whose name states no round
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import subprocess
 import sys
 import tempfile
@@ -42,11 +46,11 @@ def folders_of(repo: Path) -> list[Path]:
     return sorted(f for b in BENCHMARKS for f in repo.glob(f"*/results/*/{b}") if f.is_dir())
 
 
-def theirs(folder: Path, benchmark: str, round_: str):
+def theirs(folder: Path, benchmark: str, round_: str, power: bool):
     """mlperf-logging's (score, energy score, scaling factor) of one folder; its console notices swallowed."""
     from mlperf_logging.result_summarizer import result_summarizer as rs
 
-    power = (folder / "power").is_dir()
+    logging.getLogger().setLevel(logging.ERROR)  # its compliance checker's warnings about each log
     with contextlib.redirect_stdout(io.StringIO()):
         return rs._compute_strong_score_standalone(benchmark, folder.parent.name, power, str(folder), "training",
                                                    f"{round_}.0")
@@ -63,11 +67,20 @@ def score_round(repo: Path, round_: str, out: Path) -> tuple[int, int, int, int,
     subprocess.run([sys.executable, "-m", "tprimat", "ingest", *map(str, folders), "--out", str(out),
                     "--mlperf-round", round_], check=False, capture_output=True, text=True, cwd=ROOT)
     scores = {(s.submitter, s.system, s.benchmark): s for s in from_results(read_all([str(out)]))}
-    equal = compared = energy_equal = energy_compared = withheld = 0
+    equal = compared = energy_equal = energy_compared = withheld = raised = 0
     for folder in folders:
         key = (folder.parent.parent.parent.name, folder.parent.name, folder.name)
         mine = scores.get(key)
-        minutes, joules, _ = theirs(folder, folder.name, round_)
+        if not list(folder.glob("result_*.txt")):
+            print(f"  v{round_} {'/'.join(key)}: no run logs in this checkout (not counted)")
+            continue
+        try:
+            minutes, joules, _ = theirs(folder, folder.name, round_, (folder / "power").is_dir())
+        except (ArithmeticError, ValueError, AssertionError, KeyError) as exc:  # its energy; its time again without
+            minutes, joules, _ = theirs(folder, folder.name, round_, False)
+            print(f"  v{round_} {'/'.join(key)}: result_summarizer's energy raised {type(exc).__name__}: {exc}; "
+                  f"tprimat's flags: {[f for f in mine.flags if 'Power' in f] if mine else None}")
+            raised += 1
         if mine is None:
             print(f"  v{round_} {'/'.join(key)}: no tprimat score at all; result_summarizer: {minutes}")
             compared += 1
@@ -87,7 +100,8 @@ def score_round(repo: Path, round_: str, out: Path) -> tuple[int, int, int, int,
             else:
                 print(f"  v{round_} {'/'.join(key)}: tprimat energy {mine.energy_j} J, result_summarizer {joules} J")
     print(f"round={round_} systems={len(folders)} scores_equal={equal}/{compared} "
-          f"energy_equal={energy_equal}/{energy_compared} withheld={withheld}", flush=True)
+          f"energy_equal={energy_equal}/{energy_compared} withheld={withheld} result_summarizer_raised={raised}",
+          flush=True)
     return equal, compared, energy_equal, energy_compared, withheld, len(folders)
 
 

@@ -41,7 +41,7 @@ def real(tmp_path_factory):
 def compare_args(paths, out):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return parser.parse_args([*map(str, paths), "--out", str(out)])
+    return parser.parse_args([*map(str, paths), *(["--out", str(out)] if out else [])])
 
 
 @pytest.mark.slow
@@ -57,7 +57,8 @@ def test_one_mutated_field_never_crashes_compare_or_check(real, tmp_path_factory
     (root / "bad").mkdir()
     (root / "good" / "result.json").write_text(json.dumps(real))
     (root / "bad" / "result.json").write_text(json.dumps(another_run(FUZZ.mutated(real, path, value), real)))
-    code = run(compare_args([root], root / "report"))
+    # one example in four also writes the report (plots, report.html): the costly part, not where fields are read
+    code = run(compare_args([root], root / "report" if data.draw(st.sampled_from([True, False, False, False])) else None))
     assert code in (0, 1, 2, 3)
     loaded = load([str(root)])
     assert any(item.path.parent.name == "good" for item in loaded.results)

@@ -133,6 +133,9 @@ def test_power_folders_are_the_energy_of_their_runs_not_runs(tmp_path):
     assert s.energy_j == pytest.approx(expected) and s.energy_kwh == pytest.approx(expected / 3.6e6)
     assert s.energy_kwh_per_device == pytest.approx(expected / 3.6e6 / 8) and s.round == "5.0"
     assert s.minutes == pytest.approx(sum(minutes[1:9]) / 8 * 1.1) and (s.nodes, s.per_node) == (2, 4)
+    # per million tokens trained to the target (1,024 samples of LoRA's 8,192 tokens): the median over the runs
+    per_run = sorted(j / 3.6e6 / (1024 * 8192 / 1e6) for j in joules)
+    assert s.energy_kwh_per_1m_tokens == pytest.approx((per_run[4] + per_run[5]) / 2)
     rs = pytest.importorskip("mlperf_logging.result_summarizer.result_summarizer")
     order = sorted(range(10), key=lambda i: minutes[i])
     assert s.energy_j == pytest.approx(rs._index_olympic_average(joules, order, 0, 1) * 1.1, rel=1e-12)
@@ -156,6 +159,20 @@ def test_each_round_scores_by_its_own_rules(tmp_path, round_, benchmark, runs, f
         assert s.flags == [] and s.minutes == pytest.approx(101.0)
     else:
         assert flag in s.flags and s.minutes is None
+
+
+def test_power_readings_that_give_no_energy_say_why(tmp_path):
+    """A node file whose measurement starts and stops at one instant (v4.0's 1xSMC-H100 folders, where mlperf-logging
+    divides by zero): no energy, and the system's flags say why; its time is scored."""
+    repo = repository(tmp_path / "training_results_v4.0", "llama2_70b_lora", [30.0 + n for n in range(10)],
+                      [500.0] * 10)
+    for node in (repo / "Test" / "results" / "sys8" / "llama2_70b_lora" / "power").glob("*/node_0.txt"):
+        node.write_text("\n".join([mllog("power_measurement_start", START), mllog("power_reading", START, 500.0),
+                                   mllog("power_measurement_stop", START)]) + "\n")
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores(tmp_path / "out")
+    assert s.energy_j is None and s.minutes == pytest.approx(34.5)
+    assert "MLPerf Power: power readings unreadable: node_0.txt: the measured window is 0 ms" in s.flags
 
 
 def test_a_benchmark_its_round_did_not_have_is_scored_by_the_arithmetic_and_said_so(tmp_path):

@@ -135,7 +135,7 @@ def test_fp8_recipes_convert_and_train_a_gpt2_block_on_cpu(recipe, scaling):
     model = Decoder(spec.model)
     apply_float8(model, recipe)
     assert optimisations(model)["fp8_scaling"] == scaling
-    tokens = torch.randint(0, spec.model.vocab_size, (2, 32))
+    tokens = torch.randint(0, spec.model.vocab_size, (1, 8))  # torch's CPU _scaled_mm is a slow reference loop
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(tokens).float()
     F.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()

@@ -68,6 +68,15 @@ class RunTime:
     target: Optional[float] = None
     target_source: str = "not stated"
     energy_j: Optional[float] = None  # MLPerf Power: the run's energy to train, where its readings gave one
+    energy_why: Optional[str] = None  # why its power readings gave none
+    seq_length: Optional[float] = None  # tokens per sample (the result's training.seq_length)
+
+    @property
+    def kwh_per_1m_tokens(self) -> Optional[float]:
+        """The run's energy over the tokens it trained until an eval first reached the target."""
+        if self.energy_j is None or not self.samples_to_target or not self.seq_length:
+            return None
+        return self.energy_j / JOULES_PER_KWH / (self.samples_to_target * self.seq_length / 1e6)
 
     def as_dict(self) -> dict:
         return {"path": self.path, "minutes": self.minutes, "status": self.status, "converged": self.converged,
@@ -109,6 +118,13 @@ class Score:
         return self.energy_j / JOULES_PER_KWH if self.energy_j is not None else None
 
     @property
+    def energy_kwh_per_1m_tokens(self) -> Optional[float]:
+        """The median over converged runs of each run's energy per million tokens trained to the target (the
+        unit of tprimat's own runs' ``energy_kwh_per_1m_tokens``)."""
+        each = [v for r in self.runs if r.converged and (v := r.kwh_per_1m_tokens) is not None]
+        return statistics.median(each) if each else None
+
+    @property
     def energy_kwh_per_device(self) -> Optional[float]:
         return self.energy_kwh / self.devices if self.energy_kwh is not None and self.devices else None
 
@@ -130,7 +146,8 @@ class Score:
     def as_dict(self) -> dict:
         return {"submitter": self.submitter, "system": self.system, "benchmark": self.benchmark, "round": self.round,
                 "score_minutes": self.minutes, "energy_kwh": self.energy_kwh,
-                "energy_kwh_per_device": self.energy_kwh_per_device, "olympic_mean_minutes": self.unscaled_minutes,
+                "energy_kwh_per_device": self.energy_kwh_per_device,
+                "energy_kwh_per_1m_tokens": self.energy_kwh_per_1m_tokens, "olympic_mean_minutes": self.unscaled_minutes,
                 "scaling_factor": self.scaling_factor, "runs": len(self.runs),
                 "converged": sum(r.converged for r in self.runs), "accelerator": self.accelerator,
                 "accelerator_row": self.accelerator_row, "per_node": self.per_node,
@@ -173,7 +190,9 @@ def run_time(result: dict, path: str, benchmark: str, rule: Optional[dict] = Non
     place = source.get("mlperf") if isinstance(source.get("mlperf"), dict) else {}
     power = place.get("power") if isinstance(place.get("power"), dict) else {}
     return RunTime(path, minutes, status == "success" and minutes is not None and hit, status,
-                   evals[-1][1] if evals else None, number(reached), target, target_source, number(power.get("energy_j")))
+                   evals[-1][1] if evals else None, number(reached), target, target_source, number(power.get("energy_j")),
+                   power.get("why") if isinstance(power.get("why"), str) else None,
+                   number(dig(result, ("spec", "training", "seq_length"))))
 
 
 def olympic(minutes: list[float], not_converged: int, by: Optional[list[float]] = None) -> Optional[float]:
@@ -215,6 +234,9 @@ def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scal
 def energy(s: Score, not_converged: int) -> None:
     """The energy score where every converged run has its energy (MLPerf Power), scored as its time is."""
     done = [r for r in s.runs if r.converged]
+    why = next((r.energy_why for r in s.runs if r.energy_why), None)
+    if why:
+        s.flags.append(f"MLPerf Power: {why}")
     if not any(r.energy_j is not None for r in s.runs) or s.minutes is None:
         return
     if any(r.energy_j is None for r in done):

@@ -56,15 +56,16 @@ def table_lines(scores: list[Score]) -> list[str]:
     """One row per system and benchmark, fastest first within a round and benchmark; flags beside; "not stated"
     for what no log or systems JSON states."""
     lines = ["| round | benchmark | submitter | system | accelerator | nodes x per node | score (min) | energy (kWh) | "
-             "kWh per accelerator | converged / runs | framework | precision | global batch | olympic mean (min) | "
-             "scaling | samples to target | tokens/s/device | GPU-hours | cost to train (USD) | flags |",
-             "|" + "---|" * 20]
+             "kWh per accelerator | kWh per 1M tokens | converged / runs | framework | precision | global batch | "
+             "olympic mean (min) | scaling | samples to target | tokens/s/device | GPU-hours | cost to train (USD) | flags |",
+             "|" + "---|" * 21]
     for s in ordered(scores):
         st = s.stated
         lines.append(
             f"| {cell(s.round)} | {s.benchmark} | {s.submitter} | {s.system} | {hardware_row(s)} | {layout(s)} | "
             f"{cell(s.minutes, '.2f') if s.minutes is not None else 'no score'} | {cell(s.energy_kwh, ',.1f')} | "
-            f"{cell(s.energy_kwh_per_device, '.2f')} | {sum(r.converged for r in s.runs)} / {len(s.runs)} | "
+            f"{cell(s.energy_kwh_per_device, '.2f')} | {cell(s.energy_kwh_per_1m_tokens, '.3f')} | "
+            f"{sum(r.converged for r in s.runs)} / {len(s.runs)} | "
             f"{cell(st.get('framework'))} | {cell(st.get('precision'))} | {cell(st.get('global_batch_size'))} | "
             f"{cell(s.unscaled_minutes, '.2f')} | {cell(s.scaling_factor, '.4f') if s.scaling_factor else '-'} | "
             f"{cell(s.samples_to_target, ',.0f')} | {cell(st.get('tokens_per_s_per_device'), ',.0f')} | "

@@ -144,6 +144,8 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
                   "framework": (system or {}).get("framework") or None, "precision": precision_of(system),
                   "flags": [w for w in (why_system if not given_system else None, why_scaling,
                                         unknown_accelerator(system)) if w]}
+    if place is not None and fmt == "auto":
+        fmt = "mlperf"  # a run log of a results repository is its MLLOG records, whatever else the job printed
     try:
         result = ingest_file(path, meta, fmt)
     except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
