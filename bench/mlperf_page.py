@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ("gpt3", "llama2_70b_lora", "llama31_405b", "llama31_8b")
 DEVICES = 8
-PAIR = {"NVIDIA": ("H100", "H200", "B200", "B300", "GB200", "GB300"), "AMD": ("MI300X", "MI325X", "MI350X", "MI355X")}
+# the seeds' pair and the GPUs that followed each (hardware-table keys, shown by their rows' names)
+PAIR = ("h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", "mi355x")
 
 
 def tprimat(*args: str) -> str:
@@ -81,23 +82,38 @@ def round_tables(best: dict[tuple, dict]) -> list[str]:
 
 
 def pair_lines(best: dict[tuple, dict]) -> list[str]:
-    """Each accelerator of the seeds' pair's families, v5.0 against v5.1, per benchmark both rounds hold."""
+    """Each accelerator of the seeds' pair and its successors, v5.0 against v5.1, per benchmark, where a round has it."""
+    from tprimat.spec.hardware import DEVICES
+
     lines = ["| benchmark | accelerator | v5.0 (min) | v5.1 (min) | v5.1 / v5.0 | v5.0 system | v5.1 system |",
              "|---|---|---|---|---|---|---|"]
     for benchmark in BENCHMARKS:
-        for family in PAIR.values():
-            for short in family:
-                found = {r: s for (r, b, a), s in best.items() if b == benchmark and r in ("5.0", "5.1")
-                         and a.split()[-1].upper() == short}
-                if not found:
-                    continue
-                old, new = found.get("5.0"), found.get("5.1")
-                ratio = f"{new['score_minutes'] / old['score_minutes']:.2f}" if old and new else "-"
-                cells = [f"{old['score_minutes']:.2f}" if old else "-", f"{new['score_minutes']:.2f}" if new else "-",
-                         ratio, f"{old['submitter']} {old['system']}" if old else "-",
-                         f"{new['submitter']} {new['system']}" if new else "-"]
-                lines.append(f"| {benchmark} | {short} | " + " | ".join(cells) + " |")
+        for key in PAIR:
+            found = {r: s for (r, b, a), s in best.items() if b == benchmark and a == DEVICES[key].name
+                     and r in ("5.0", "5.1")}
+            if not found:
+                continue
+            old, new = found.get("5.0"), found.get("5.1")
+            cells = [f"{old['score_minutes']:.2f}" if old else "-", f"{new['score_minutes']:.2f}" if new else "-",
+                     f"{new['score_minutes'] / old['score_minutes']:.2f}" if old and new else "-",
+                     f"{old['submitter']} {old['system']}" if old else "-",
+                     f"{new['submitter']} {new['system']}" if new else "-"]
+            lines.append(f"| {benchmark} | {DEVICES[key].name} | " + " | ".join(cells) + " |")
     return lines
+
+
+def pair_sentence(best: dict[tuple, dict]) -> str:
+    """MI300X's time over H200's at 8 accelerators, each round both ran a benchmark."""
+    from tprimat.spec.hardware import DEVICES
+
+    said = []
+    for (round_, benchmark) in sorted({k[:2] for k in best}):
+        h200, mi300x = (best.get((round_, benchmark, DEVICES[k].name)) for k in ("h200", "mi300x"))
+        if h200 and mi300x:
+            said.append(f"v{round_} {benchmark}: H200 {h200['score_minutes']:.2f} min, MI300X "
+                        f"{mi300x['score_minutes']:.2f} min ({mi300x['score_minutes'] / h200['score_minutes']:.2f}x)")
+    return ("The seeds' pair side by side at 8 accelerators (each one's fastest system): " + "; ".join(said) + "."
+            if said else "The seeds' pair never met at 8 accelerators.")
 
 
 def page(scores: list[dict], commands: list[str], rounds: list[str]) -> str:
@@ -117,14 +133,18 @@ def page(scores: list[dict], commands: list[str], rounds: list[str]) -> str:
         "accelerator is its row of tprimat's hardware table where its name maps (two spellings of one GPU are one row).",
         "", "## The seeds' pair and its successors, v5.0 to v5.1", "",
         f"H200 and MI300X, and the GPUs that followed them, at {DEVICES} accelerators: each one's fastest system in "
-        "each round; below 1.00, v5.1 trained faster.", "", *pair_lines(best), "",
+        "each round; below 1.00, v5.1 trained faster.", "", pair_sentence(best), "", *pair_lines(best), "",
         f"## Each round at {DEVICES} accelerators", "", *round_tables(best),
         "## Energy to train (MLPerf Power)", "",
-        "| round | benchmark | system | accelerators | time to train (min) | energy (kWh) | kWh per accelerator |",
-        "|---|---|---|---|---|---|---|"]
+        "Energy to train is MLPerf's energy score (the olympic mean of the runs' energies, times the scaling factor); "
+        "kWh per million tokens is the median over runs of each run's energy over the tokens it trained to the "
+        "target, the unit of tprimat's own runs' `energy_kwh_per_1m_tokens`.", "",
+        "| round | benchmark | system | accelerators | time to train (min) | energy (kWh) | kWh per accelerator | "
+        "kWh per 1M tokens |", "|---|---|---|---|---|---|---|---|"]
     for s in sorted(with_energy, key=lambda s: (s["round"], s["benchmark"], s["energy_kwh"])):
         lines.append(f"| v{s['round']} | {s['benchmark']} | {s['submitter']} {s['system']} | {s['devices']} | "
-                     f"{s['score_minutes']:.2f} | {s['energy_kwh']:,.1f} | {s['energy_kwh_per_device']:.2f} |")
+                     f"{s['score_minutes']:.2f} | {s['energy_kwh']:,.1f} | {s['energy_kwh_per_device']:.2f} | "
+                     + (f"{s['energy_kwh_per_1m_tokens']:.3f} |" if s.get("energy_kwh_per_1m_tokens") else "- |"))
     return "\n".join(lines) + "\n"
 
 
