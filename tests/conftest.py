@@ -164,10 +164,16 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
 
 
+# Files whose tests mostly wait (Slurm daemons' timeouts, a job's failure to end) go first: pytest-xdist hands files
+# out in collection order, so their waits overlap the other worker's work instead of ending the run alone.
+FIRST = ("test_slurm_nodes.py",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none."""
+    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none. ``FIRST`` files lead."""
     import torch
 
+    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: every other file keeps its order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (torch.cuda.is_available() is False)")

@@ -127,25 +127,12 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
                mlperf_round: Optional[str] = None) -> None:
     """One file: its result written (a failed one if it cannot be read), its headline printed. A run log of an
     MLPerf results repository is paired with its systems JSON (unless ``--system`` names one) and scaling.json by
-    the layout, and its result carries where it sits (``source.mlperf``)."""
+    the layout, and its result carries where it sits (``source.mlperf``) and its MLPerf Power energy."""
     place = place_of(path)
-    mlperf, system = None, None
+    mlperf = None
     if place is not None:
-        system, why_system = place.read_system()
-        factor, why_scaling = place.scaling_factor()
-        if not given_system and system is not None:
-            meta = dataclasses.replace(meta, system=system)
-        system = meta.system
-        nodes = as_int((system or {}).get("number_of_nodes"))
-        per_node = as_int((system or {}).get("accelerators_per_node"))
-        mlperf = {**place.as_source(), "scaling_factor": factor, "round": mlperf_round or place.round,
-                  "accelerator": (system or {}).get("accelerator_model_name") or None, "nodes": nodes,
-                  "devices": nodes * per_node if nodes and per_node else None,
-                  "framework": (system or {}).get("framework") or None, "precision": precision_of(system),
-                  "flags": [w for w in (why_system if not given_system else None, why_scaling,
-                                        unknown_accelerator(system)) if w]}
-    if place is not None and fmt == "auto":
-        fmt = "mlperf"  # a run log of a results repository is its MLLOG records, whatever else the job printed
+        meta, mlperf = mlperf_source(place, meta, given_system, mlperf_round)
+        fmt = "mlperf" if fmt == "auto" else fmt  # a results repository's run log: its MLLOG records, whatever else
     try:
         result = ingest_file(path, meta, fmt)
     except Exception as exc:  # noqa: BLE001 - one bad file never stops the others; it gets a failed result
@@ -169,6 +156,23 @@ def ingest_one(path: Path, meta, fmt: str, out: Path, unread: list, given_system
         print("  " + result["error"].splitlines()[0][:200])
     for line in headline(result) + warning_lines(result["warnings"]):
         print("  " + line)
+
+
+def mlperf_source(place, meta, given_system: bool, mlperf_round: Optional[str]) -> tuple:
+    """(the metadata with the systems JSON unless ``--system`` named one, ``source.mlperf``) of a run log placed in
+    a results repository: where it sits, its round, the review's scaling factor and what the systems JSON states."""
+    system, why_system = place.read_system()
+    factor, why_scaling = place.scaling_factor()
+    if not given_system and system is not None:
+        meta = dataclasses.replace(meta, system=system)
+    system = meta.system or {}
+    nodes, per_node = as_int(system.get("number_of_nodes")), as_int(system.get("accelerators_per_node"))
+    return meta, {**place.as_source(), "scaling_factor": factor, "round": mlperf_round or place.round,
+                  "accelerator": system.get("accelerator_model_name") or None, "nodes": nodes,
+                  "devices": nodes * per_node if nodes and per_node else None,
+                  "framework": system.get("framework") or None, "precision": precision_of(system),
+                  "flags": [w for w in (why_system if not given_system else None, why_scaling,
+                                        unknown_accelerator(system)) if w]}
 
 
 def time_to_train_ms(source: dict) -> Optional[float]:
