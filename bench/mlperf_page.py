@@ -28,9 +28,13 @@ PAIR = ("h200", "b200", "gb200", "b300", "gb300", "mi300x", "mi325x", "mi350x", 
 
 
 def tprimat(*args: str) -> str:
+    """``tprimat ARGS`` as a user runs it; exit 1 (some files could not be read) is said, with the files."""
     done = subprocess.run([sys.executable, "-m", "tprimat", *args], capture_output=True, text=True, cwd=ROOT)
     if done.returncode not in (0, 1):
         raise SystemExit(f"tprimat {' '.join(args[:2])} failed ({done.returncode}): {done.stderr[-2000:]}")
+    if done.returncode == 1:
+        said = done.stdout[done.stdout.find("could not be ingested"):] if "could not be ingested" in done.stdout else ""
+        print(f"tprimat {args[0]} exited 1: {said[:2000] or done.stderr[-2000:]}")
     return done.stdout
 
 
@@ -116,6 +120,20 @@ def pair_sentence(best: dict[tuple, dict]) -> str:
             if said else "The seeds' pair never met at 8 accelerators.")
 
 
+def absent(scores: list[dict], best: dict[tuple, dict]) -> str:
+    """The round-benchmarks that hold no scored system at ``DEVICES`` accelerators (gpt3, llama31_405b: large
+    systems only), with their smallest."""
+    shown = {k[:2] for k in best}
+    missing = sorted({(s["round"], s["benchmark"]) for s in scores} - shown)
+    said = []
+    for round_, benchmark in missing:
+        sizes = [s["devices"] for s in scores if (s["round"], s["benchmark"]) == (round_, benchmark) and s["devices"]]
+        said.append(f"v{round_} {benchmark} (its smallest system: {min(sizes)} accelerators)" if sizes else
+                    f"v{round_} {benchmark}")
+    return (f"No system at {DEVICES} accelerators: " + "; ".join(said) + ". Every system of every round is in "
+            "report.md's time-to-train table." if said else "")
+
+
 def page(scores: list[dict], commands: list[str], rounds: list[str]) -> str:
     best = fastest_at(scores, DEVICES)
     scored = sum(s["score_minutes"] is not None for s in scores)
@@ -134,11 +152,12 @@ def page(scores: list[dict], commands: list[str], rounds: list[str]) -> str:
         "", "## The seeds' pair and its successors, v5.0 to v5.1", "",
         f"H200 and MI300X, and the GPUs that followed them, at {DEVICES} accelerators: each one's fastest system in "
         "each round; below 1.00, v5.1 trained faster.", "", pair_sentence(best), "", *pair_lines(best), "",
-        f"## Each round at {DEVICES} accelerators", "", *round_tables(best),
+        f"## Each round at {DEVICES} accelerators", "", absent(scores, best), "", *round_tables(best),
         "## Energy to train (MLPerf Power)", "",
         "Energy to train is MLPerf's energy score (the olympic mean of the runs' energies, times the scaling factor); "
         "kWh per million tokens is the median over runs of each run's energy over the tokens it trained to the "
-        "target, the unit of tprimat's own runs' `energy_kwh_per_1m_tokens`.", "",
+        "target, the unit of tprimat's own runs' `energy_kwh_per_1m_tokens`; \"-\" where the logs state no samples at "
+        "the target or no sequence length (gpt3's evals count epochs).", "",
         "| round | benchmark | system | accelerators | time to train (min) | energy (kWh) | kWh per accelerator | "
         "kWh per 1M tokens |", "|---|---|---|---|---|---|---|---|"]
     for s in sorted(with_energy, key=lambda s: (s["round"], s["benchmark"], s["energy_kwh"])):

@@ -28,7 +28,8 @@ def mllog(key: str, time_ms: int, value=None, **metadata) -> str:
                                      "value": value, "metadata": {"file": "train.py", "lineno": 1, **metadata}})
 
 
-def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, traceback: bool = False) -> str:
+def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, traceback: bool = False,
+            spread: float = 0.0) -> str:
     """One run: submission keys, its seed, four throughput blocks of 1,536 samples (AMD's tracked_stats) whose rate
     falls by a quarter from the first to the last (drift that flags a window of like steps as not steady), an eval
     at the target after 6,144 samples, run_stop success; optionally a Python traceback printed along the way."""
@@ -38,6 +39,7 @@ def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, tra
              mllog("seed", START - 5, seed), mllog("run_start", START)]
     if traceback:
         lines += ["Traceback (most recent call last):", "ImportError: cannot import name 'quick_gelu'"]
+    samples_per_s *= 1 + spread * (seed % 2)  # seeds of one system at rates apart by ``spread``
     for block in range(4):
         t = START + 1000 * (block + 1)
         lines += [mllog("block_start", t, samples_count=1536 * block),
@@ -51,7 +53,7 @@ def run_log(benchmark: str, minutes: float, samples_per_s: float, seed: int, tra
 
 
 def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = False, tag: str = "",
-               sw_notes: str = "") -> Path:
+               sw_notes: str = "", spread: float = 0.0) -> Path:
     """Two 8-GPU systems, ten runs each (seeds 1-10): H100 runs take 30 + n/10 minutes, MI300X 40 + n/10."""
     for submitter, gpu, name, base in ((f"Nv{tag}", "H100", "NVIDIA H100-SXM5-80GB", 30.0),
                                        (f"Amd{tag}", "MI300X", "AMD Instinct MI300X 192GB HBM3", 40.0)):
@@ -59,7 +61,7 @@ def repository(root: Path, benchmark: str = "llama31_8b", traceback: bool = Fals
         folder.mkdir(parents=True)
         for n in range(10):
             (folder / f"result_{n}.txt").write_text(run_log(benchmark, base + n / 10, SAMPLES_PER_S[gpu], n + 1,
-                                                            traceback))
+                                                            traceback, spread))
         (root / submitter / "systems").mkdir(parents=True)
         (root / submitter / "systems" / f"sys_{gpu}.json").write_text(json.dumps({
             "accelerator_model_name": name, "accelerators_per_node": "8", "number_of_nodes": "1",
@@ -156,12 +158,14 @@ def test_refused_pairs_grow_the_report_by_reason_not_by_pair(tmp_path):
     assert refused == {"model": 36}
     assert len([s for s in comparison["speedups"] if s["refused"]]) == 5 * len(refused)
     assert md.count("more pairs refused for the same reason") == len(refused)
+    assert md.index("## Methodology") < md.index("## Refused pairs")  # summed up at the end, after the tables
 
 
 def test_a_price_stated_at_ingest_a_logged_target_filters_and_a_repository_with_no_throughput(tmp_path):
     """A price set at ingest (platform.price_per_device_hour_usd) gives the cost to train with no --price; a target
-    the log states (target_accuracy) is the one judged, said so; compare's --platform filter applies to the time to
-    train; and runs with no throughput blocks (no ok result to compare) still get their score, exit 0."""
+    the log states (target_accuracy) is kept beside the rules' and not judged by, said so; compare's --platform
+    filter applies to the time to train; and runs with no throughput blocks (no ok result to compare) still get
+    their score, exit 0."""
     repo = repository(tmp_path / "repo")
     for log in (repo / "Nv" / "results" / "sys_H100" / "llama31_8b").glob("result_*.txt"):
         log.write_text(log.read_text().replace(mllog("run_start", START), mllog("target_accuracy", START - 1, 3.2)
@@ -173,9 +177,11 @@ def test_a_price_stated_at_ingest_a_logged_target_filters_and_a_repository_with_
     assert [r["system"] for r in rows] == ["sys_MI300X"]  # --platform amd: the H100 system is filtered out
     tprimat("compare", tmp_path / "nv", "--out", tmp_path / "nv_report")
     (h100,) = json.loads((tmp_path / "nv_report" / "comparison.json").read_text())["time_to_train"]
-    # the log's own target 3.2: the eval at 3.29 does not reach it, so no run converged and there is no score
-    assert {r["target_source"] for r in h100["run_details"]} == {"log: MLLOG target_accuracy"}
-    assert h100["score_minutes"] is None and h100["converged"] == 0
+    # the log's own target 3.2 is kept beside the rules' 3.3, not judged by (as mlperf-logging's compliance check):
+    # the eval at 3.29 meets 3.3, every run converged
+    assert {r["target_source"] for r in h100["run_details"]} == {
+        "MLPerf Training rules' quality target (the log states 3.2, not judged by)"}
+    assert h100["score_minutes"] == pytest.approx(30.45) and h100["converged"] == 10
     assert h100["price_per_device_hour_usd"] == 3.0 and "platform.price_per_device_hour_usd" in h100["price_source"]
     for log in (repo / "Amd" / "results" / "sys_MI300X" / "llama31_8b").glob("result_*.txt"):
         log.write_text("\n".join(line for line in log.read_text().splitlines() if "block_" not in line
@@ -198,9 +204,7 @@ def test_a_report_with_mlperf_results_leads_with_the_answer(compared):
     assert headings[0] == "## Time to train (MLPerf Training rules)" and headings[1] == "## Summary"
     rows = [line for line in md.split("## Time to train")[1].split("###")[0].splitlines() if "| llama31_8b |" in line]
     assert [r.split(" | ")[3] for r in rows] == ["sys_H100", "sys_MI300X"]  # 30.45 before 40.45
-    if "## Refused pairs" in md:
-        assert md.index("## Refused pairs") > md.index("## Methodology")
-    assert "inconsistent repeats: rates disagree" not in md and "more logs" not in md
+    assert "more logs" not in md
     assert "Nv sys_H100 (10 runs)" in (tmp / "report" / "table.csv").read_text()
     page = (tmp / "report" / "report.html").read_text()
     assert page.index("Time to train (MLPerf Training rules)") < page.index("<h2>Summary</h2>")
@@ -225,3 +229,19 @@ def test_two_spellings_of_one_accelerator_are_one_row(tmp_path):
     assert len(by_accelerator(scores)) == 1
     (row,) = side_by_side_lines(scores)[2:]
     assert "| AMD Instinct MI325X |" in row
+
+
+def test_a_systems_seeds_at_different_rates_are_one_result_never_inconsistent_repeats(tmp_path):
+    """LoRA seeds (8,192-token samples: a rate per device) alternating at one and two times a rate: an MLPerf
+    system's runs are seeds of one result, not flagged. The same group with its MLPerf place taken away is judged as
+    repeats of one measurement, and flagged (their rates 2x apart): the check is live, the exemption keeps it off."""
+    from tprimat.compare.flags import check_repeats
+
+    tprimat("ingest", repository(tmp_path / "repo", "llama2_70b_lora", spread=1.0), "--out", tmp_path / "results")
+    groups = build_groups(load([str(tmp_path / "results")]).results)
+    assert len(groups) == 2 and not any("inconsistent repeats" in f for g in groups for f in g.flags)
+    group = groups[0]
+    for run in group.runs:
+        run.result["source"].pop("mlperf")
+    check_repeats(group)
+    assert any(f.startswith("inconsistent repeats") for f in group.flags)

@@ -118,11 +118,11 @@ def scores(folder: Path):
 
 
 def test_power_folders_are_the_energy_of_their_runs_not_runs(tmp_path):
-    """Ten runs of 30 + n minutes, each drawing (10 - n) kW: run n's energy is (10 - n) kW x (30 + n) min. The
+    """Ten runs of 30 + n minutes, each drawing (7n mod 10 + 1) kW: run n's energy is that x (30 + n) min. The
     energy score: ordered by the runs' times, the fastest and slowest dropped, the rest averaged, x scaling 1.1;
     in kWh (/ 3.6e6 J) and per accelerator (2 nodes x 4)."""
     minutes = [30.0 + n for n in range(10)]
-    watts = [1000.0 * (10 - n) for n in range(10)]
+    watts = [1000.0 * (7 * n % 10 + 1) for n in range(10)]  # not in the times' order: ordering by energy would differ
     repo = repository(tmp_path / "training_results_v5.0", "llama2_70b_lora", minutes, watts, scaling=1.1)
     said = ingest(repo, "--out", tmp_path / "out")
     assert "read 10 MLPerf Power files as the energy of their runs, not as runs" in said
@@ -194,7 +194,73 @@ def test_gpt3s_target_has_a_floor_and_an_unstated_round_takes_the_rules_every_ro
     assert not any(r.converged for r in s.runs) and s.minutes is None
     rule, said = rule_of(None, "llama2_70b_lora")
     assert (rule["runs_required"], rule["target"]) == (10, 0.925) and "alike" in said
-    assert set(rounds()["rounds"]) == {"4.0", "4.1", "5.0", "5.1"}
+
+
+def test_the_rules_table_is_mlperf_loggings_own():
+    """Every round and LLM benchmark of ``mlperf_rounds.json`` against mlperf-logging's own data: the benchmark is
+    allowed in that round (``_ALL_ALLOWED_BENCHMARKS``), its runs are ``_ALL_RESULT_FILE_COUNTS``'s, and its
+    target and floor are the numbers of its compliance yaml's ``ATLEAST_ONE_CHECK``; and every LLM benchmark the
+    library allows in a round from v3.0 on is in the table."""
+    import re
+
+    pytest.importorskip("mlperf_logging")
+    import mlperf_logging
+    from mlperf_logging import benchmark_meta as meta
+
+    llm = {"gpt3", "llama2_70b_lora", "llama31_405b", "llama31_8b", "gpt_oss_20b", "deepseekv3_671b", "qwen35_397b_grpo"}
+    checker = Path(mlperf_logging.__file__).parent / "compliance_checker"
+    table = rounds()["rounds"]
+    allowed = meta._ALL_ALLOWED_BENCHMARKS["training"]
+    for round_, benchmarks in allowed.items():
+        if float(round_) >= 3.0:
+            assert {b for b in benchmarks if b in llm} == set(table.get(round_, {}).get("benchmarks", {})), round_
+    for round_, entry in table.items():
+        for name, rule in entry["benchmarks"].items():
+            assert name in allowed[round_] and rule["runs_required"] == meta._ALL_RESULT_FILE_COUNTS["training"][name]
+            check = re.search(r"ATLEAST_ONE_CHECK: \"(.*)\"", (checker / f"training_{round_}.0" / f"closed_{name}.yaml")
+                              .read_text()).group(1)
+            if rule.get("higher_is_better"):
+                assert check == "v['value'] > s['target_accuracy']" and rule["target"] is None
+            else:
+                assert check == f"(v['value'] <= {rule['target']}) and v['value'] > {rule['floor']}", (round_, name)
+
+
+def test_a_round_outside_the_table_is_scored_by_the_shared_rules_and_flagged(tmp_path):
+    """v2.9 holds no rules in the table: llama2_70b_lora is scored by the rules every round states alike, said so."""
+    repo = repository(tmp_path / "training_results_v2.9", "llama2_70b_lora", [30.0 + n for n in range(10)])
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores(tmp_path / "out")
+    assert s.minutes == pytest.approx(34.5)
+    assert any(f.startswith("round v2.9 not in tprimat's table of the rules: scored by the rules of") for f in s.flags)
+
+
+@pytest.mark.parametrize("edit,converged", [
+    ("status aborted, an eval at the target", True),
+    ("status success, no eval", False),
+    ("the log states a looser target", False),
+])
+def test_a_run_converges_as_mlperf_loggings_compliance_check_says(tmp_path, edit, converged):
+    """mlperf-logging drops a run its compliance check fails and scores the rest: run_stop needs a status key, not
+    ``success``; at least one eval must meet the round's target (the log's own target_accuracy is not judged by).
+    One run of ten edited (the fastest, 30 min): the score is the olympic mean with it kept or dropped as the
+    slowest, by hand (checked against mlperf-logging on a real v5.1 log by the review of 2026-11-28)."""
+    minutes = [30.0 + n for n in range(10)]
+    repo = repository(tmp_path / "training_results_v5.0", "llama2_70b_lora", minutes)
+    log = repo / "Test" / "results" / "sys8" / "llama2_70b_lora" / "result_0.txt"
+    lines = log.read_text().splitlines()
+    if edit.startswith("status aborted"):
+        lines = [line.replace('"status": "success"', '"status": "aborted"') for line in lines]
+    elif edit.startswith("status success, no eval"):
+        lines = [line for line in lines if '"eval_accuracy"' not in line]
+    else:
+        lines = [line.replace("0.92,", "0.95,") for line in lines]
+        lines.insert(0, mllog("target_accuracy", START - 1, 0.96))
+    log.write_text("\n".join(lines) + "\n")
+    ingest(repo, "--out", tmp_path / "out")
+    (s,) = scores(tmp_path / "out")
+    kept = sum(minutes[1:9]) / 8 if converged else sum(minutes[2:10]) / 8
+    assert [r.converged for r in s.runs].count(False) == (0 if converged else 1)
+    assert s.minutes == pytest.approx(kept)
 
 
 def test_v40s_run_log_names_and_the_round_flag(tmp_path):

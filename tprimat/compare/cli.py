@@ -133,7 +133,7 @@ def write_outputs(out: Path, groups, found, skipped: list, near: dict, ttt: list
         comparison["anchors"] = published.used_rows(near)
     if ttt:
         comparison["time_to_train"] = [t.as_dict() for t in ttt]
-    (out / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    (out / "comparison.json").write_text(json.dumps(comparison, separators=(",", ":")))  # data, not a page: compact
     lead = ttt_report.lead_section(ttt, ttt_report.chart(ttt, out / "plots" / "time_to_train.png"))
     md = write_report(groups, found, skipped, pngs, out, args.aggregate, near, lead)
     page = write_html(groups, found, out, near if args.anchors else None, ttt_report.html_section(ttt))

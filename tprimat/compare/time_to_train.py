@@ -1,7 +1,7 @@
 """Time to train, scored as MLPerf Training scores it, from results ``tprimat ingest`` wrote of a results repository.
 
-Each run: ``run_stop - run_start`` (the MLLOG records' ``time_ms``) in minutes, its ``run_stop`` status
-(``success`` is converged), and whether its last eval reached the benchmark's quality target. Each system and
+Each run: ``run_stop - run_start`` (the MLLOG records' ``time_ms``) in minutes, and whether it converged as
+mlperf-logging's compliance check judges it (``run_time``: an eval met the round's quality target). Each system and
 benchmark, by MLPerf Training's rules (training_policies training_rules.adoc, "Benchmark results"; the same
 arithmetic as MLCommons' ``mlperf-logging`` ``result_summarizer._compute_strong_score_standalone``): the runs sorted,
 the fastest and the slowest dropped, the rest averaged (the olympic mean); one run that did not converge counts as
@@ -50,9 +50,9 @@ def rule_of(round_: Optional[str], benchmark: str) -> tuple[Optional[dict], str]
             None, f"{benchmark} is not an LLM benchmark of MLPerf Training v{round_} in tprimat's table of the rules")
     same = [(r, b[benchmark]) for r, b in ((r, t["benchmarks"]) for r, t in table.items()) if benchmark in b]
     facts = {(b["runs_required"], b["target"], b.get("floor")) for _, b in same}
-    where = f"round {round_}" if round_ else "round not stated"
+    where = f"round v{round_} not in tprimat's table of the rules" if round_ else "round not stated"
     if len(facts) == 1:
-        return same[0][1], f"{where}: MLPerf Training v{', v'.join(r for r, _ in same)} rules (alike)"
+        return same[0][1], f"{where}: scored by the rules of v{', v'.join(r for r, _ in same)}, which state it alike"
     return None, f"{where}: runs required for {benchmark} not stated in tprimat's table of the rules" + (
         " (its rounds differ)" if same else "")
 
@@ -170,27 +170,35 @@ def number(value) -> Optional[float]:
 
 
 def run_time(result: dict, path: str, benchmark: str, rule: Optional[dict] = None) -> RunTime:
-    """One run: a run converged when its run_stop says ``success`` and, where the benchmark's target is known and
-    the log has evals, one reached it (mlperf-logging's compliance check asks both)."""
+    """One run, judged as mlperf-logging's compliance check judges it before ``result_summarizer`` scores it: a run
+    converged when its log has run_start and run_stop and at least one eval met the round's quality target (at or
+    below it, above its floor: ``ATLEAST_ONE_CHECK``), whatever run_stop's status says; a target the log states
+    where the round's rules state one is kept beside it, not judged by. With no rule known, the log's own target,
+    else run_stop's ``success``, decides."""
     source = result.get("source") if isinstance(result.get("source"), dict) else {}
     start, stop = number(source.get("run_start_ms")), number(source.get("run_stop_ms"))
     minutes = (stop - start) / 60_000 if start is not None and stop is not None and stop >= start else None
     evals = [(e.get("samples_count"), number(e.get("value"))) for e in source.get("eval_accuracy") or []
              if isinstance(e, dict)] if isinstance(source.get("eval_accuracy"), list) else []
     evals = [(samples, value) for samples, value in evals if value is not None]
-    logged = number(source.get("target_accuracy"))
-    target = logged if logged is not None else (rule or {}).get("target")
+    logged, ruled = number(source.get("target_accuracy")), (rule or {}).get("target")
+    target = ruled if ruled is not None else logged
     floor = (rule or {}).get("floor")
-    target_source = ("log: MLLOG target_accuracy" if logged is not None else
-                     "MLPerf Training rules' quality target" if target is not None else "not stated")
-    meets = lambda value: target is not None and value <= target and (floor is None or value > floor)  # noqa: E731
+    target_source = ("MLPerf Training rules' quality target" if ruled is not None else
+                     "log: MLLOG target_accuracy" if logged is not None else "not stated")
+    if ruled is not None and logged is not None and logged != ruled:
+        target_source += f" (the log states {logged:g}, not judged by)"
+    if (rule or {}).get("higher_is_better"):  # qwen35_397b_grpo: an eval reward above the log's own target
+        meets = lambda value: target is not None and value > target  # noqa: E731
+    else:
+        meets = lambda value: target is not None and value <= target and (floor is None or value > floor)  # noqa: E731
     reached = next((samples for samples, value in evals if meets(value)), None)
     status = source.get("status") if isinstance(source.get("status"), str) else None
-    hit = target is None or not evals or any(meets(value) for _, value in evals)
+    hit = any(meets(value) for _, value in evals) if target is not None else status == "success"
     place = source.get("mlperf") if isinstance(source.get("mlperf"), dict) else {}
     power = place.get("power") if isinstance(place.get("power"), dict) else {}
-    return RunTime(path, minutes, status == "success" and minutes is not None and hit, status,
-                   evals[-1][1] if evals else None, number(reached), target, target_source, number(power.get("energy_j")),
+    return RunTime(path, minutes, minutes is not None and hit, status, evals[-1][1] if evals else None,
+                   number(reached), target, target_source, number(power.get("energy_j")),
                    power.get("why") if isinstance(power.get("why"), str) else None,
                    number(dig(result, ("spec", "training", "seq_length"))))
 
@@ -213,7 +221,7 @@ def score(submitter: str, system: str, benchmark: str, runs: list[RunTime], scal
     rule, said = rule_of(round_, benchmark)
     required = rule["runs_required"] if rule else None
     allowed = rounds()["max_not_converged"]
-    if required is None:
+    if required is None or (round_ is not None and round_ not in rounds()["rounds"]):
         s.flags.append(said)
     elif len(runs) < required:
         s.flags.append(f"{len(runs)} runs of the {required} the rules require: no complete result")

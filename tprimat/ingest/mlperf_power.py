@@ -30,7 +30,7 @@ def records(path: Path) -> list[dict]:
     """The file's MLLOG records with a numeric ``time_ms``, in file order."""
     found = []
     for line in path.read_text(errors="replace").splitlines():
-        at = line.find(MARK)
+        at = line.rfind(MARK)  # a line holding two records: the last, as mlperf-logging's parser reads it
         if at < 0:
             continue
         try:
