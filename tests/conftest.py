@@ -115,6 +115,14 @@ def pytest_configure(config):
         use_threads(cores_per_worker())
 
 
+ALONE = [False]  # whether the test running in this worker holds the machine alone (an ``exclusive`` test)
+
+
+def running_alone() -> bool:
+    """True inside an ``exclusive`` test (its fixtures' set-up included), or with no pytest-xdist at all."""
+    return ALONE[0] or "PYTEST_XDIST_TESTRUNUID" not in os.environ
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Two pytest-xdist workers share the cores (pyproject's addopts). A test marked ``exclusive`` (a time budget, a
@@ -130,6 +138,7 @@ def pytest_runtest_protocol(item, nextitem):
     with open(folder / f"tprimat-tests-{uid}.turnstile", "a") as turnstile, \
             open(folder / f"tprimat-tests-{uid}.lock", "a") as lock:
         exclusive = item.get_closest_marker("exclusive") is not None
+        ALONE[0] = exclusive
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         if not exclusive:

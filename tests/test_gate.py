@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_inprocess
+from tests.conftest import ROOT, run_inprocess, running_alone
 from tprimat.results.result import write_result
 
-pytestmark = [pytest.mark.slow, pytest.mark.exclusive]  # seven real training runs; the half-core slowdown needs the cores
+# seven real training runs (the ``runs`` fixture) and one beside busy processes need the machine alone: the tests that
+# train are ``exclusive``; the others read the stored results and run the gate on them, beside other tests
+pytestmark = pytest.mark.slow
 
 # 14 measured steps a repeat: with 6 (8 steps) one slow second in a repeat moved a quiet rerun's median 11% (CI,
 # 2026-11-28), beyond the 5% the gate now holds as a hard bound
@@ -77,6 +79,7 @@ def train(directory, overrides, threads=None):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    assert running_alone(), "the gate's golden and rerun runs are timed: made inside an exclusive test only"
     root = tmp_path_factory.mktemp("gate")
     # every run with its threads set: an earlier test of the session may have left torch on fewer
     made = {name: train(root / name, [*RUN, *extra], threads) for name, extra, threads in (
@@ -88,6 +91,7 @@ def runs(tmp_path_factory):
     return root, made
 
 
+@pytest.mark.exclusive
 def test_a_rerun_with_two_repeats_a_side_passes_at_the_default_tolerance(runs):
     root, _ = runs
     code, out, _ = gate(root / "rerun", "--golden", root / "golden_values")
@@ -346,6 +350,7 @@ def test_check_refuses_each_broken_file_by_name_and_the_gate_and_compare_skip_it
     assert "Traceback" not in proc.stderr and proc.stderr.count("skipped ") == len(skipped), proc.stderr[-3000:]
 
 
+@pytest.mark.exclusive
 def test_a_run_beside_other_work_says_so_and_the_gate_names_it(runs, tmp_path):
     """The rerun's configuration trained beside one process a core that keeps it busy: its result records
     the other processes' share of the machine's CPU time, compare flags it, and the gate's throughput failure names
