@@ -37,10 +37,16 @@ def install() -> str | None:
         return None
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return "Slurm is not installed and this is not a root Debian machine"
+    return apt_install(PACKAGES)
+
+
+def apt_install(packages: list[str]) -> str | None:
+    """Debian's packages installed (one ``apt-get update``, one ``apt-get install``); None when done, else why not."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]):
-        if subprocess.run(cmd, env=env, capture_output=True).returncode:
-            return f"{' '.join(cmd)} failed"
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode:
+            return f"{' '.join(cmd[:3])} failed: {(done.stderr or done.stdout).strip()[-300:]}"
     return None
 
 

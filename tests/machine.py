@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 
+from scripts import slurm_cluster
 from scripts.slurm_cluster import PACKAGES
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sbatch", "srun", "ip", "tc")
@@ -35,15 +35,10 @@ def missing_packages() -> list[str]:
 
 
 def apt_install(packages: list[str]) -> str | None:
-    """Debian's packages installed; None when done, else why not."""
+    """Debian's packages installed as root (scripts/slurm_cluster.py's ``apt_install``); None when done, else why not."""
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return NOT_ROOT
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if done.returncode:
-            return f"{' '.join(cmd[:3])} failed: {(done.stderr or done.stdout).strip()[-300:]}"
-    return None
+    return slurm_cluster.apt_install(packages)
 
 
 def deepspeed_op() -> str:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Optional
 
 MARK = ":::MLLOG"
-JOULES_PER_KWH = 3.6e6
 
 
 class PowerLogError(ValueError):
