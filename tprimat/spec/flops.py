@@ -68,6 +68,16 @@ def layer_params(model: ModelConf) -> int:
     return attn + mlp + 2 * norm_params(model)
 
 
+def lora_layer_params(model: ModelConf, lora) -> int:
+    """One decoder layer's LoRA adapters (``lora``: a ``LoraConf``): rank x (in + out) per target, Megatron-core's
+    fused linears (QKV; FC1 gate and up together when gated) each one adapter."""
+    d = dims(model)
+    fc1_out = d.ffn * (mlp_matrices(model) - 1)
+    shapes = {"linear_qkv": (d.hidden, d.q_size + 2 * d.kv_size), "linear_proj": (d.q_size, d.hidden),
+              "linear_fc1": (d.hidden, fc1_out), "linear_fc2": (d.ffn, d.hidden)}
+    return sum(lora.rank * sum(shapes[target]) for target in lora.targets)
+
+
 def embedding_params(model: ModelConf) -> int:
     """The input tables: tokens (padded vocabulary) and, for learned positions, positions."""
     positions = model.max_position_embeddings if model.position_embedding == "learned" else 0
@@ -83,6 +93,14 @@ def heaviest_stage_params(model: ModelConf, pp: int) -> int:
     return d.layers // pp * layer_params(model) + max(embedding_params(model), d.vocab * d.hidden + norm_params(model))
 
 
+def trained_stage_params(model: ModelConf, pp: int, lora=None) -> int:
+    """Parameters of the heaviest stage that have gradients and optimizer state: all of them, or (``lora``) the
+    stage's adapters alone."""
+    if lora is None:
+        return heaviest_stage_params(model, pp)
+    return lora_layer_params(model, lora) * -(-model.num_layers // pp)
+
+
 def param_counts(model: ModelConf) -> tuple[int, int]:
     """(total, non-embedding) parameters; non-embedding excludes the input tables (tokens, learned positions)."""
     d = dims(model)
@@ -92,14 +110,21 @@ def param_counts(model: ModelConf) -> tuple[int, int]:
     return total, total - embedding
 
 
-def flops_per_token(model: ModelConf, seq_length: int, convention: str = CANONICAL) -> float:
+def flops_per_token(model: ModelConf, seq_length: int, convention: str = CANONICAL, lora=None) -> float:
+    """Training FLOPs per token. ``lora`` (a ``LoraConf``: the base frozen): a frozen weight's GEMM runs forward
+    and for its input's gradient only (4, not 6, FLOPs per weight per token: no weight gradient), core attention
+    still forward and backward (its inputs feed trained adapters), and each adapter is trained whole (6 per
+    parameter); Megatron's convention otherwise."""
     d = dims(model)
     if convention in (MEGATRON, MEGATRON_LEGACY):
         dense = (d.hidden * d.ffn * mlp_matrices(model) * d.layers
                  + (d.hidden * (d.q_size + 2 * d.kv_size) + d.q_size * d.hidden) * d.layers
                  + d.hidden * d.vocab)
         attention_factor = 1 if convention == MEGATRON else 2  # causal halving
-        return 6.0 * dense + 6.0 * attention_factor * seq_length * d.q_size * d.layers
+        attention = 6.0 * attention_factor * seq_length * d.q_size * d.layers
+        if lora is not None:
+            return 4.0 * dense + attention + 6.0 * lora_layer_params(model, lora) * d.layers
+        return 6.0 * dense + attention
     _, non_embedding = param_counts(model)
     if convention == TORCHTITAN:
         return 6.0 * non_embedding + 12.0 * d.layers * d.heads * d.head_dim * seq_length

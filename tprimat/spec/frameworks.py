@@ -25,6 +25,7 @@ class FrameworkInfo:
     # and Megatron-DeepSpeed's _vocab_size_with_padding, over make_vocab_size_divisible_by, which tprimat passes);
     # 0: the model's own rows (model.vocab_pad_multiple)
     vocab_divisible_by: int = 0
+    lora: str = ""  # how training.peft=lora reaches it (its own API); "": it has none and refuses the key
 
 
 FRAMEWORKS: dict[str, FrameworkInfo] = {}
@@ -37,9 +38,10 @@ def register(info: FrameworkInfo) -> None:
 
 
 register(FrameworkInfo("native", "tprimat.backends.native.backend",
-                       "plain PyTorch decoder and training loop (CPU, CUDA, ROCm)"))
+                       "plain PyTorch decoder and training loop (CPU, CUDA, ROCm)",
+                       lora="tprimat.backends.native.lora's adapters"))
 register(FrameworkInfo("transformers", "tprimat.backends.hf.backend", "Hugging Face Transformers Trainer",
-                       "transformers"))
+                       "transformers", lora="PEFT's LoraConfig and get_peft_model"))
 register(FrameworkInfo("deepspeed", "tprimat.backends.ds.backend", "DeepSpeed ZeRO 1-3", "deepspeed"))
 # NeMo pads nothing here: tprimat sets the model's vocab_size, which NeMo 2's GPTConfig.configure_model takes as
 # preset (nemo_toolkit 2.7.3: get_vocab_size only without one) and Megatron-Bridge's _validate_and_set_vocab_size
@@ -53,7 +55,9 @@ for _name, _desc, _divisible_by in (
      128),
 ):
     register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True,
-                           vocab_divisible_by=_divisible_by))
+                           vocab_divisible_by=_divisible_by,
+                           lora="planned and projected; its launch refuses it (tprimat.backends.external.nemo)"
+                           if _name == "nemo" else ""))
 
 
 

@@ -29,6 +29,9 @@ be checked:
   --activations``); docs/benchmarks.md has the table.
 - 1F1B pipelines keep up to pp micro batches in flight on the first stage, GPipe all of them.
 - A fixed runtime overhead (CUDA/HIP context, library workspaces): 1.5 GiB on GPUs, 0.5 GiB on CPU.
+- LoRA (training.peft=lora): the base's weights as the framework keeps them plus the adapters; gradients and
+  optimizer state for the adapters alone. Activations as for full training: an upper bound (a frozen linear's
+  backward needs its weight, not its input, so fewer tensors are saved; ``dry_run=deep`` traces them).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Optional
 from tprimat.spec import flops, keeps
 from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, padded_vocab
+from tprimat.spec.schema import TprimatConf, ac_period, lora_of, padded_vocab
 
 GIB = 2**30
 VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan", "megatron_deepspeed")  # logits
@@ -76,13 +79,19 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
     o_shard = group if stage >= 1 else 1
     linear = stage_linear_params(spec) / par.tp
     unit = fsdp_unit_params(spec) / par.tp if keep.activations == "torch" and stage >= 3 and group > 1 else 0.0
+    trained = params  # what has gradients and optimizer state: every parameter, or LoRA's adapters alone
+    lora = lora_of(spec)
+    if lora is not None:
+        trained = flops.lora_layer_params(spec.model, lora) * spec.model.num_layers / par.pp / par.tp
+        params += trained
     weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes + unit * 2
-    grads = params * keep.grad_bytes / g_shard + unit * 4 + keep.bucket_elements * keep.grad_bytes
+    unit_grads = unit * 4 if lora is None else 0.0  # a frozen unit produces no weight gradients
+    grads = trained * keep.grad_bytes / g_shard + unit_grads + keep.bucket_elements * keep.grad_bytes
     overhead = 0.5 if spec.platform.name == "cpu" else 1.5
     activations = (megatron_activation_bytes(spec, grad_accum_steps) if keep.activations == "megatron"
                    else activation_bytes(spec, grad_accum_steps))
     return MemoryEstimate(weights / GIB, grads / GIB,
-                          params * keep.optimizer_bytes / o_shard / GIB, activations / GIB, overhead)
+                          trained * keep.optimizer_bytes / o_shard / GIB, activations / GIB, overhead)
 
 
 def fsdp_unit_params(spec: TprimatConf) -> float:

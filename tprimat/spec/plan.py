@@ -9,7 +9,7 @@ from tprimat.spec import flops, memory
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.hardware import lookup
-from tprimat.spec.schema import TprimatConf, padded_vocab
+from tprimat.spec.schema import TprimatConf, lora_of, padded_vocab
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def make_plan(spec: TprimatConf, hw: DetectedHardware) -> Plan:
     accum = tr.global_batch_size // (tr.micro_batch_size * dp)
     built = model_as_built(spec)  # the vocabulary as the framework pads it for this TP
     total, non_embedding = flops.param_counts(built)
-    per_token = flops.flops_per_token(built, tr.seq_length)
+    per_token = flops.flops_per_token(built, tr.seq_length, lora=lora_of(spec))
     tokens = tr.global_batch_size * tr.seq_length
     capacity, capacity_source = device_memory(spec, hw)
     peak_tflops, peak_source, warnings = peak(spec)

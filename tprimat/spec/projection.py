@@ -23,6 +23,9 @@ Model, each assumption stated in the result's ``projection.assumptions``:
 - The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike), (pp - 1) / vp under an
   interleaved schedule (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B); the optimizer step
   reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
+- LoRA (training.peft=lora): the trace builds the adapters and freezes the base, so its backward holds only the
+  GEMMs autograd runs (input gradients through frozen weights, no weight gradients but the adapters'); gradient
+  traffic and the optimizer step cover the adapters alone.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Optional
 
 from tprimat.spec import flops, hardware, keeps, kernels
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period
+from tprimat.spec.schema import TprimatConf, ac_period, lora_of
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
 FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
@@ -256,14 +259,15 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     act_bytes = 4 if tr.precision == "fp32" else 2
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
     stage_params = flops.heaviest_stage_params(model, pp) / tp
+    trained = flops.trained_stage_params(model, pp, lora_of(spec)) / tp  # LoRA: the adapters' gradients alone
     grad_bytes = keeps.of(spec).grad_bytes
     dp_group = Group("dp", dp, tp * cp)
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
     kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp
     cp_layer = ring_s("all_gather", kv, Group("cp", cp, tp), per_node, c)
     gather = ring_s("all_gather", stage_params * act_bytes, dp_group, per_node, c)
-    scatter = ring_s("reduce_scatter", stage_params * grad_bytes, dp_group, per_node, c)
-    reduce = ring_s("all_reduce", stage_params * grad_bytes, dp_group, per_node, c)
+    scatter = ring_s("reduce_scatter", trained * grad_bytes, dp_group, per_node, c)
+    reduce = ring_s("all_reduce", trained * grad_bytes, dp_group, per_node, c)
     p2p = ring_s("p2p", activation, Group("pp", pp, tp * cp * dp), per_node, c)
     if None in (tp_layer, cp_layer, gather, scatter, reduce, p2p):
         return None
@@ -289,13 +293,13 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
     if comm is None:
         return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
                            "--ranks N, or use a device in the hardware table)")
-    local_params = flops.heaviest_stage_params(model_as_built(spec), par.pp) / par.tp / (
+    local_params = flops.trained_stage_params(model_as_built(spec), par.pp, lora_of(spec)) / par.tp / (
         dp if par.fsdp or par.zero_stage >= 1 else 1)
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
     compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s
     step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s
     tokens_per_s_per_device = tr.global_batch_size * tr.seq_length / step_s / world
-    tflops = flops.flops_per_token(model_as_built(spec), tr.seq_length) * tokens_per_s_per_device / 1e12
+    tflops = flops.flops_per_token(model_as_built(spec), tr.seq_length, lora=lora_of(spec)) * tokens_per_s_per_device / 1e12
     return {"available": True, "reason": None, "step_time_s": step_s,
             "tokens_per_s_per_device": tokens_per_s_per_device, "tflops_per_device": tflops,
             "mfu": tflops / peak_tflops if peak_tflops else None,

@@ -107,6 +107,11 @@ def padded_vocab(model: ModelConf) -> int:
     return -(-model.vocab_size // multiple) * multiple
 
 
+def lora_of(spec) -> Optional[LoraConf]:
+    """The adapters a spec trains (training.peft=lora), or None when every weight is trained."""
+    return spec.training.lora if spec.training.peft == "lora" else None
+
+
 def head_dim_of(model: ModelConf) -> int:
     """Per-head width: ``model.head_dim`` when set, else hidden_size / num_attention_heads."""
     return model.head_dim or model.hidden_size // model.num_attention_heads
@@ -166,6 +171,24 @@ class Fp8Conf(Freezable):
     recipe: str = "tensorwise"
 
 
+# LoRA's adapted linear layers, by Megatron-core's module names (NeMo's and Megatron-Bridge's ``target_modules``):
+# the attention's fused QKV projection and its output projection, the MLP's first (gate and up) and second layer
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+
+
+@dataclass
+class LoraConf(Freezable):
+    """Low-rank adapters (training.peft=lora, Hu et al. 2021): each target's output gains (alpha / rank) * B A x,
+    with A (rank x in) and B (out x rank) trained from B = 0 and every weight of the base model frozen. Defaults:
+    MLPerf Training's llama2_70b_lora (rank 16, alpha 32, dropout 0.1 on the attention's QKV and output
+    projections; NVIDIA's NeMo config ``megatron_gpt_peft_tuning_config.yaml`` in its v4.0-v5.1 submissions)."""
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.1
+    targets: List[str] = field(default_factory=lambda: ["linear_qkv", "linear_proj"])
+
+
 @dataclass
 class TrainingConf(Freezable):
     global_batch_size: int = MISSING
@@ -183,6 +206,8 @@ class TrainingConf(Freezable):
     compile_mode: str = "default"  # torch.compile mode: default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
     fp8: Fp8Conf = field(default_factory=Fp8Conf)
     seed: int = 1234
+    peft: str = "none"  # none (every weight trained) | lora (training.lora's adapters trained, the base frozen)
+    lora: LoraConf = field(default_factory=LoraConf)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.keeps import MEGATRON_CORE
+from tprimat.spec.peft import check_peft
 from tprimat.spec.plan import derived_dp, device_memory, world_size
 from tprimat.spec.schema import TprimatConf, ac_period
 from tprimat.spec.secrets import wandb_credentials
@@ -74,7 +75,8 @@ def validate(spec: TprimatConf, hw: DetectedHardware, dry_run: bool = False) -> 
     if problems:  # the cross-field rules below divide by these values
         return problems
     return (check_layout(spec) + check_batch(spec) + check_model(spec) + check_schedule(spec)
-            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_options(spec) + check_memory(spec, hw)
+            + check_hardware(spec, hw, dry_run) + check_precision(spec) + check_options(spec) + check_peft(spec)
+            + check_memory(spec, hw)
             + check_wandb(spec, dry_run))
 
 

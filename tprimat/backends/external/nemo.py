@@ -399,6 +399,10 @@ class NemoBackend(ExternalBackend):
             return ["framework.name=nemo, platform.name=cpu: NeMo trains on NVIDIA or AMD GPUs"]
         if spec.framework.flavour not in ("nemo2", "bridge"):
             return [f"framework.flavour={spec.framework.flavour}: must be nemo2 or bridge"]
+        if spec.training.peft != "none":  # planned and projected (Megatron-core's LoRA), not yet launched
+            return [f"training.peft={spec.training.peft}, framework.name=nemo: tprimat's NeMo and Megatron-Bridge scripts "
+                    "do not set LoRA yet (NeMo 2's llm.peft.LoRA, Megatron-Bridge's cfg.peft with the base checkpoint "
+                    "its PEFT requires); plan and project it, or run it under framework=native or transformers"]
         return []  # runs with NeMo's own interpreter (framework.python); no checkout needed
 
     def launch(self, spec: TprimatConf, plan: Plan, launch_dir: Path) -> Launch:

@@ -27,7 +27,7 @@ from tprimat.backends.ds.config import engine_config
 from tprimat.measure.step import MemoryProbe, StepClock
 from tprimat.results.records import StepRecord
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, lora_of
 
 
 class SyntheticDataset(torch.utils.data.Dataset):
@@ -97,7 +97,7 @@ class TransformersBackend(Backend):
     def _run_once(self, spec: TprimatConf, plan: Plan, on_step: StepSink, repeat: int) -> dict:
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-        from tprimat.backends.hf.model import build_model
+        from tprimat.backends.hf.model import build_model, with_lora
 
         tr = spec.training
         device = pick_device(spec)
@@ -105,6 +105,8 @@ class TransformersBackend(Backend):
         # built before the arguments exist, so never under deepspeed.zero.Init: the engine partitions it at start
         # (zero.Init inside a tprimat rank validates the batch against a world of 1)
         model = build_model(spec.model)
+        if lora_of(spec) is not None:
+            model = with_lora(model, spec.model, lora_of(spec))
         recorder = step_recorder(spec, plan, device, on_step, repeat)
         with tempfile.TemporaryDirectory() as out:
             args = training_arguments(spec, plan, device, out)
@@ -117,6 +119,7 @@ class TransformersBackend(Backend):
                 unset_hf_deepspeed_config()
             effective = effective_settings(trainer.optimizer, args, "tprimat warmup_cosine (LambdaLR)")
             effective["distributed_type"] = str(trainer.accelerator.distributed_type)
+            effective["trained_params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
             effective["data_parallel_processes"] = trainer.accelerator.num_processes
             if trainer.is_deepspeed_enabled:
                 effective["zero_stage"] = trainer.model_wrapped.zero_optimization_stage()

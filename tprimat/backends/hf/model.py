@@ -55,3 +55,27 @@ def build_model(cfg: ModelConf):
 
     model_cls = getattr(transformers, CLASSES[cfg.family][1])
     return model_cls._from_config(hf_config(cfg), attn_implementation="sdpa")
+
+
+# training.lora.targets (Megatron-core's fused linears) as Hugging Face's modules of the same weights: Llama, Qwen2
+# and Mistral keep q, k, v and the MLP's gate and up apart (PEFT adapts each with its own A and B); GPT-2 fuses
+# q, k and v (c_attn) and names the attention's and the MLP's output projections alike (c_proj), so its targets are
+# full module paths
+HF_TARGETS = {"linear_qkv": ("q_proj", "k_proj", "v_proj"), "linear_proj": ("o_proj",),
+              "linear_fc1": ("gate_proj", "up_proj"), "linear_fc2": ("down_proj",)}
+GPT2_TARGETS = {"linear_qkv": ("attn.c_attn",), "linear_proj": ("attn.c_proj",), "linear_fc1": ("mlp.c_fc",),
+                "linear_fc2": ("mlp.c_proj",)}
+
+
+def with_lora(model, cfg: ModelConf, lora):
+    """The model under PEFT's LoRA (``lora``: a ``LoraConf``): its base weights frozen, adapters of rank, alpha and
+    dropout as set on ``lora.targets``, through PEFT's own ``LoraConfig`` and ``get_peft_model``."""
+    from peft import LoraConfig, get_peft_model
+
+    names = GPT2_TARGETS if cfg.family == "gpt2" else HF_TARGETS
+    modules = [module for target in lora.targets for module in names[target]]
+    if cfg.family == "gpt2":  # full paths, so that attn.c_proj is not mlp.c_proj
+        modules = [name for name, _ in model.named_modules() if name.endswith(tuple(modules))]
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=modules,
+                        bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, config)

@@ -48,6 +48,7 @@ def measure_rank(spec_dict: dict, rank: int, activations: bool = True) -> dict:
     from tprimat.spec.build import build_spec
     from tprimat.spec.detect import DetectedHardware
     from tprimat.spec.plan import make_plan
+    from tprimat.spec.schema import lora_of
 
     hw = DetectedHardware("cpu", "fake world", 1, 0.0, None)
     spec = build_spec(spec_dict)
@@ -56,17 +57,18 @@ def measure_rank(spec_dict: dict, rank: int, activations: bool = True) -> dict:
     try:
         layout = make_layout(plan, torch.device("cpu"))
         with torch.device("meta"):
-            model = Decoder(spec.model, spec.training.seed)
+            model = Decoder(spec.model, spec.training.seed, lora_of(spec))
         model = parallelize(model, spec, layout, torch.device("cpu"), allocate=False)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = list(model.parameters())
         numel = sum(local_numel(p) for p in params)
+        trained = sum(local_numel(p) for p in params if p.requires_grad)  # LoRA: the adapters alone
         element = params[0].element_size() if params else 4
         traced, why = trace_by_depth(spec, layout) if activations else (None, "not traced (states only)")
     finally:
         dist.destroy_process_group()
     return {"rank": rank, "stage": layout.pp_rank, "params": numel,
-            "weights_gib": numel * element / GIB, "grads_gib": numel * element / GIB,  # grads take the param dtype
-            "optimizer_gib": 2 * numel * element / GIB,  # AdamW: exp_avg and exp_avg_sq, the param dtype
+            "weights_gib": numel * element / GIB, "grads_gib": trained * element / GIB,  # grads take the param dtype
+            "optimizer_gib": 2 * trained * element / GIB,  # AdamW: exp_avg and exp_avg_sq, the param dtype
             "activations_gib": traced, "activations_note": why}
 
 
@@ -81,7 +83,7 @@ def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tu
     from tprimat.backends.native.model import Decoder
     from tprimat.backends.native.parallelize import parallelize
     from tprimat.spec.build import build_spec, spec_to_dict
-    from tprimat.spec.schema import ac_period
+    from tprimat.spec.schema import ac_period, lora_of
 
     period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
     layers = spec.model.num_layers // layout.pp
@@ -92,7 +94,7 @@ def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tu
         copy["model"]["num_layers"] = depth * layout.pp
         small = build_spec(copy)
         with torch.device("meta"):
-            model = Decoder(small.model, small.training.seed)
+            model = Decoder(small.model, small.training.seed, lora_of(small))
         model = parallelize(model, small, layout, torch.device("cpu"), allocate=False)
         peak, why = trace_activations(model, small, layout)
         if peak is None:

@@ -6,7 +6,8 @@ Every parameter's initial value is a function of the seed, its name and its shap
 one parameter at a time, on the rank's device from a generator seeded by (seed, name), and cut to this rank's
 shard (``distribute_tensor`` with each rank's own copy, no communication). Every layout therefore starts from
 exactly the model a single process builds. Weights are Normal(0, 0.02), output projections scaled by
-1/sqrt(2 * layers) (GPT-2 / Megatron), biases zero, norms one.
+1/sqrt(2 * layers) (GPT-2 / Megatron), biases zero, norms one; a LoRA adapter's A is Kaiming-uniform (bound
+1/sqrt(fan_in), as ``nn.Linear``, PEFT and NeMo's ``column_init_method: kaiming`` draw it) and its B zero.
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ def initial_value(name: str, shape: torch.Size, cfg: ModelConf, seed: int, devic
     """The full-size initial value of parameter ``name`` (float32)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
-    if name.endswith(".bias"):
+    if name.endswith(".bias") or (".lora_" in name and name.endswith(".b.weight")):
         return torch.zeros(shape, device=device)
-    std = STD / math.sqrt(2 * cfg.num_layers) if name.endswith(SCALED) else STD
     generator = torch.Generator(device=device).manual_seed(seed_of(seed, name))
+    if ".lora_" in name:  # an adapter's A: (rank, fan_in)
+        bound = 1.0 / math.sqrt(shape[-1])
+        return torch.empty(shape, device=device).uniform_(-bound, bound, generator=generator)
+    std = STD / math.sqrt(2 * cfg.num_layers) if name.endswith(SCALED) else STD
     return torch.empty(shape, device=device).normal_(0.0, std, generator=generator)
 
 

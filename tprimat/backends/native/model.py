@@ -10,13 +10,15 @@ This file holds only the model; how it is wrapped (checkpointing, compile, shard
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tprimat.backends.native.init import initial_value
-from tprimat.spec.schema import ModelConf, head_dim_of, padded_vocab
+from tprimat.backends.native.lora import adapter, freeze_base
+from tprimat.spec.schema import LoraConf, ModelConf, head_dim_of, padded_vocab
 
 
 class RMSNorm(nn.Module):
@@ -66,7 +68,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConf, head_dim: int):
+    def __init__(self, cfg: ModelConf, head_dim: int, lora: Optional[LoraConf] = None):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_kv_heads, head_dim
         qkv_bias = cfg.qkv_bias or cfg.linear_bias
@@ -74,43 +76,61 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=qkv_bias)
         self.wv = nn.Linear(cfg.hidden_size, self.n_kv_heads * head_dim, bias=qkv_bias)
         self.wo = nn.Linear(self.n_heads * head_dim, cfg.hidden_size, bias=cfg.linear_bias)
+        qkv_out = (self.n_heads + 2 * self.n_kv_heads) * head_dim
+        self.lora_qkv = adapter("linear_qkv", lora, cfg.hidden_size, qkv_out)
+        self.lora_proj = adapter("linear_proj", lora, self.n_heads * head_dim, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         bsz, seq, _ = x.shape
         # Head counts come from the weights so that a tensor-parallel shard runs its local heads.
-        q = self.wq(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        if self.lora_qkv is not None:
+            dq, dk, dv = self.lora_qkv(x).split([q.shape[-1], k.shape[-1], v.shape[-1]], dim=-1)
+            q, k, v = q + dq, k + dk, v + dv
+        q = q.view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        k = k.view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        v = v.view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         if cos is not None:  # rotary positions (learned positions were added to the embeddings)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-        return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
+        out = out.transpose(1, 2).reshape(bsz, seq, -1)
+        if self.lora_proj is not None:
+            return self.wo(out) + self.lora_proj(out)
+        return self.wo(out)
 
 
 class FeedForward(nn.Module):
     """SwiGLU: w2(silu(w1 x) * w3 x); GELU (GPT-2, tanh approximation): w2(gelu(w1 x))."""
 
-    def __init__(self, cfg: ModelConf):
+    def __init__(self, cfg: ModelConf, lora: Optional[LoraConf] = None):
         super().__init__()
         self.gated = cfg.mlp == "swiglu"
         self.w1 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.linear_bias)  # gate (SwiGLU) | up
         if self.gated:
             self.w3 = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=cfg.linear_bias)  # up
         self.w2 = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=cfg.linear_bias)  # down
+        fc1_out = cfg.ffn_hidden_size * (2 if self.gated else 1)  # Megatron's linear_fc1: gate and up fused
+        self.lora_fc1 = adapter("linear_fc1", lora, cfg.hidden_size, fc1_out)
+        self.lora_fc2 = adapter("linear_fc2", lora, cfg.ffn_hidden_size, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated:
-            return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        return self.w2(F.gelu(self.w1(x), approximate="tanh"))
+        first = self.w1(x)  # gate (SwiGLU) | up
+        second = self.w3(x) if self.gated else None  # up
+        if self.lora_fc1 is not None:  # one adapter over Megatron's fused fc1: [gate; up]
+            deltas = self.lora_fc1(x).split(first.shape[-1], dim=-1)
+            first = first + deltas[0]
+            second = second + deltas[1] if self.gated else None
+        h = F.silu(first) * second if self.gated else F.gelu(first, approximate="tanh")
+        return self.w2(h) if self.lora_fc2 is None else self.w2(h) + self.lora_fc2(h)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConf, head_dim: int):
+    def __init__(self, cfg: ModelConf, head_dim: int, lora: Optional[LoraConf] = None):
         super().__init__()
         self.attention_norm = make_norm(cfg)
-        self.attention = Attention(cfg, head_dim)
+        self.attention = Attention(cfg, head_dim, lora)
         self.ffn_norm = make_norm(cfg)
-        self.feed_forward = FeedForward(cfg)
+        self.feed_forward = FeedForward(cfg, lora)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -118,7 +138,7 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, cfg: ModelConf, seed: int = 0):
+    def __init__(self, cfg: ModelConf, seed: int = 0, lora: Optional[LoraConf] = None):
         super().__init__()
         self.cfg = cfg
         head_dim = head_dim_of(cfg)
@@ -127,12 +147,14 @@ class Decoder(nn.Module):
         self.pos_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) \
             if self.learned_positions else None
         # A dict keyed by layer index keeps parameter names stable when pipeline stages drop layers.
-        self.layers = nn.ModuleDict({str(i): Block(cfg, head_dim) for i in range(cfg.num_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(cfg, head_dim, lora) for i in range(cfg.num_layers)})
         self.norm = make_norm(cfg)
         self.output = nn.Linear(cfg.hidden_size, padded_vocab(cfg), bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
         self.register_buffer("inv_freq", rope_frequencies(cfg, head_dim), persistent=False)
+        if lora is not None:
+            freeze_base(self)
         if self.inv_freq.device.type != "meta":  # on the meta device, init.materialize fills each rank's shards
             self.init_weights(seed)
 

@@ -16,7 +16,7 @@ import contextlib
 from tprimat.spec import keeps
 from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.projection import OpCost, Work
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, lora_of
 
 ATTENTION = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
              "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
@@ -88,19 +88,23 @@ def trace_work(spec: TprimatConf) -> Work:
     autocast = tr.precision != "fp32" and not spec.parallelism.fsdp and keeps.of(spec).weight_bytes == 4
     tokens = (tr.micro_batch_size, tr.seq_length // spec.parallelism.cp)
     fp32_weights = tr.precision == "fp32" or autocast
-    key = (repr(cfg), tokens, fp32_weights, autocast)
+    lora = lora_of(spec)
+    key = (repr(cfg), tokens, fp32_weights, autocast, repr(lora))
     if key not in TRACED:
         if len(TRACED) >= TRACED_KEEP:
             TRACED.pop(next(iter(TRACED)))  # the oldest shape
-        TRACED[key] = trace_model(cfg, tokens, fp32_weights, autocast)
+        TRACED[key] = trace_model(cfg, tokens, fp32_weights, autocast, lora)
     return TRACED[key]
 
 
-def trace_model(cfg, tokens: tuple[int, int], fp32_weights: bool, autocast: bool) -> Work:
+def trace_model(cfg, tokens: tuple[int, int], fp32_weights: bool, autocast: bool, lora=None) -> Work:
+    """``lora`` (a ``LoraConf``): the layer built with its adapters and every base weight frozen, so that the
+    backward traced is the one autograd runs (no weight gradient of a frozen weight)."""
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from tprimat.backends.native.lora import freeze_base
     from tprimat.backends.native.model import Block, head_dim_of, make_norm, rope_cache, rope_frequencies
     from tprimat.spec.schema import padded_vocab
 
@@ -108,9 +112,12 @@ def trace_model(cfg, tokens: tuple[int, int], fp32_weights: bool, autocast: bool
     cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     vocab = padded_vocab(cfg)
     with torch.device("meta"):
-        block = Block(cfg, head_dim_of(cfg)).to(dtype)
+        block = Block(cfg, head_dim_of(cfg), lora).to(dtype)
         norm, output = make_norm(cfg).to(dtype), torch.nn.Linear(cfg.hidden_size, vocab, bias=False).to(dtype)
         embedding = torch.nn.Embedding(vocab, cfg.hidden_size).to(dtype)
+    if lora is not None:
+        for module in (block, norm, output, embedding):
+            freeze_base(module)
     parts: dict = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in (block, norm, output, embedding):
@@ -136,5 +143,6 @@ def traced(forward, cast) -> dict:
             out = forward()
         fwd = list(recorder.ops)
         recorder.ops.clear()
-        out.backward(torch.ones_like(out)) if out.dim() else out.backward()
+        if out.requires_grad:  # a frozen embedding (LoRA) has no backward
+            out.backward(torch.ones_like(out)) if out.dim() else out.backward()
     return {"fwd": fwd, "bwd": list(recorder.ops)}

@@ -16,7 +16,7 @@ from tprimat.backends.native.parallelize import Layout, clip_grad_norm, make_lay
 from tprimat.measure.profile import DATA_RANGE
 from tprimat.spec.compat import CUDA_GRAPH_MODES
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf
+from tprimat.spec.schema import TprimatConf, lora_of
 
 
 def embeddings_tied(model: nn.Module):
@@ -28,6 +28,12 @@ def embeddings_tied(model: nn.Module):
     return output.weight is embedding.weight
 
 
+def trained_params(model: nn.Module) -> int:
+    """Parameters that get gradients, read off the live model (whole sizes, also for sharded ones): every one, or
+    under LoRA the adapters alone."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 class NativeTrainer:
     def __init__(self, spec: TprimatConf, plan: Plan, device: torch.device, layout: Layout | None = None):
         self.spec, self.plan, self.device = spec, plan, device
@@ -35,7 +41,7 @@ class NativeTrainer:
         tr = spec.training
         torch.manual_seed(tr.seed)
         with torch.device("meta"):  # no memory: each rank allocates only its shards once laid out
-            model = Decoder(spec.model, tr.seed)
+            model = Decoder(spec.model, tr.seed, lora_of(spec))
         self.model: nn.Module = parallelize(model, spec, self.layout, device)
         self.probe = ComputeProbe(self.model)
         self.max_grad_norm = tr.optimizer.grad_clip  # what ``step`` clips to
@@ -130,7 +136,8 @@ class NativeTrainer:
                 "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
                            "fsdp": isinstance(self.model, FSDPModule),
                            "ddp": isinstance(self.model, DistributedDataParallel)},
-                "embeddings_tied": embeddings_tied(self.model), **optimisations(self.model)}
+                "embeddings_tied": embeddings_tied(self.model), "trained_params": trained_params(self.model),
+                **optimisations(self.model)}
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
         """One optimizer step (0-based); returns (global mean loss, pre-clip grad norm, lr)."""
