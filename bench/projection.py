@@ -44,18 +44,20 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from families import family_median  # noqa: E402
+from mlperf_projection_rows import load  # noqa: E402
 from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
 
 from tprimat.compose import compose  # noqa: E402
 from tprimat.execute.prepare import prepare  # noqa: E402
 from tprimat.execute.project import projection_of  # noqa: E402
-from tprimat.spec import kernels  # noqa: E402
+from tprimat.spec import kernels, record  # noqa: E402
 from tprimat.spec.build import build_spec  # noqa: E402
 from tprimat.spec.detect import DetectedHardware, cpu_precision  # noqa: E402
 from tprimat.spec.plan import make_plan  # noqa: E402
 
 # Published rows held out: each file committed on its own before it was first scored (its docstring says which)
 HELD_OUT_SETS = ("held_out_3", "held_out_4")
+MLPERF_SCORED = "mlperf_rows_v51.json"  # MLPerf Training v5.1's llama31_8b and llama2_70b_lora submissions
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -119,8 +121,9 @@ def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, floa
     return name, p["tokens_per_s_per_device"], p["verified"]["tokens_per_s_per_device"], p["measure_time_s"]
 
 
-def published(rows: list[dict], quiet: bool = False) -> list[tuple[str, float]]:
-    """Each row's projection against its published figure (printed unless ``quiet``): (family, error) pairs."""
+def published(rows: list[dict], quiet: bool = False, kept: list | None = None) -> list[tuple[str, float]]:
+    """Each row's projection against its published figure (printed unless ``quiet``): (family, error) pairs;
+    ``kept``: each scored row and its error appended (the record's input)."""
     errors = []
     for published_row in rows:
         p = project_row(published_row["overrides"])
@@ -129,6 +132,8 @@ def published(rows: list[dict], quiet: bool = False) -> list[tuple[str, float]]:
             continue
         error = p["tokens_per_s_per_device"] / published_row["published"] - 1
         errors.append((published_row["family"], error))
+        if kept is not None:
+            kept.append((published_row, error))
         note = f" ({p['note']})" if p.get("note") else ""
         if not quiet:
             print(f"{published_row['name']}: predicted {p['tokens_per_s_per_device']:,.0f} tokens/s/GPU, published "
@@ -155,10 +160,10 @@ EFFECTS = {"the stacks' attention kernels (attention at the matmul ceiling inste
            "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute}
 
 
-def scored_set(label: str, rows: list[dict], quiet: bool = False) -> float:
+def scored_set(label: str, rows: list[dict], quiet: bool = False, kept: list | None = None) -> float:
     """Print a set's rows (unless ``quiet``: printed already), its median over families, and that median with each
     modelled effect taken away."""
-    errors = published(rows, quiet)
+    errors = published(rows, quiet, kept)
     median = family_median(errors)
     print(f"{label}: median |error| {median:.3f} over {len({f for f, _ in errors})} families (near-duplicates "
           f"once) of {len(errors)} rows")
@@ -188,20 +193,27 @@ def main() -> None:
                         help="which CPU configs: the bench's, the held-out ones, or both (default)")
     parser.add_argument("--held-out-2", action="store_true",
                         help="score bench/held_out_2.py (its published rows and CPU configs) and nothing else")
+    parser.add_argument("--write-record", action="store_true",
+                        help="write every scored and held-out row's error into tprimat/spec/projection_record.json")
     args = parser.parse_args()
     if args.held_out_2:
         held_out_2()
         return
-    median = scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED)
+    kept: list = []
+    scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED, kept=kept)
+    scored = [(r["family"], error) for r, error in kept]
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
+    mlperf = mlperf_sets(kept)
     held = []
     for module in HELD_OUT_SETS:
         rows = [row(**r) for r in importlib.import_module(module).PUBLISHED]
         print(f"held out: bench/{module}.py")
-        scored_set(f"held out, bench/{module}.py", rows)
+        scored_set(f"held out, bench/{module}.py", rows, kept=kept)
         held += rows
-    print(f"held_out_median_abs_error={scored_set('held out, every set', held, quiet=True):.3f}")
+    print(f"held_out_3_4_median_abs_error={scored_set('held out, bench/held_out_3.py and 4', held, quiet=True):.3f}")
+    if args.write_record:
+        write_record(kept)
 
     def chosen(runs: list) -> list:
         return runs if args.only is None else [runs[args.only]]
@@ -210,7 +222,44 @@ def main() -> None:
         cpu(chosen(CPU_RUNS))
     if not args.no_cpu and args.cpu_set != "bench":
         cpu(chosen(CPU_HELD_OUT), "cpu_held_out_median_abs_error")
-    print(f"projection_median_abs_error={median:.3f}")
+    print(f"projection_median_abs_error={family_median(scored + mlperf):.3f}")
+
+
+def mlperf_sets(kept: list) -> list[tuple[str, float]]:
+    """MLPerf v5.1's rows: each expressed or listed with why not, scored, then by vendor; their (family, error)."""
+    rows, not_expressed = load(MLPERF_SCORED)
+    for name, why in not_expressed:
+        print(f"{name}: not expressed: {why}")
+    these: list = []
+    errors = published(rows, kept=these)
+    kept += these
+    print(f"MLPerf v5.1: {len(rows)} rows expressed, {len(not_expressed)} not")
+    for vendor in ("amd", "nvidia"):
+        chosen = [(r["family"], error) for r, error in these if r["vendor"] == vendor]
+        print(f"mlperf_{vendor}_median_abs_error={family_median(chosen):.3f} ({len(chosen)} rows, "
+              f"{len({f for f, _ in chosen})} families)")
+    print(f"mlperf_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
+          "families)")
+    return errors
+
+
+def write_record(kept: list) -> None:
+    """Per group (stack on GPU class, stack on every GPU, every row): rows, families, lowest and highest family
+    error (a family's error the median of its members')."""
+    members: dict = {}
+    for published_row, error in kept:
+        setting = dict(o.split("=", 1) for o in published_row["overrides"] if "=" in o)
+        framework, gpu = setting.get("framework", "native"), setting.get("platform.gpu")
+        for group in (record.group_of(framework, gpu), f"{record.stack_of(framework)} stacks on every GPU",
+                      "every stack on every GPU"):
+            members.setdefault(group, {}).setdefault(published_row["family"], []).append(error)
+    groups = {group: {"rows": sum(len(v) for v in families.values()), "families": len(families),
+                      "low": round(min(statistics.median(v) for v in families.values()), 4),
+                      "high": round(max(statistics.median(v) for v in families.values()), 4),
+                      "source": "bench/projection.py --write-record"}
+              for group, families in sorted(members.items())}
+    record.RECORD.write_text(json.dumps({"groups": groups}, indent=1) + "\n")
+    print(f"wrote {record.RECORD.relative_to(ROOT)}: {len(groups)} groups")
 
 
 def held_out_2() -> None:

@@ -19,7 +19,8 @@ FULL = [m for m in MEMBERS["model"] if not m.endswith("_tiny")]
 
 def test_groups_have_the_members_the_docs_promise():
     assert MEMBERS["platform"] == ["amd", "auto", "cpu", "nvidia"]
-    assert set(MEMBERS["model"]) == {"llama", "qwen", "mistral", "llama70b", "llama70b_proxy", "llama_tiny", "qwen_tiny",
+    assert set(MEMBERS["model"]) == {"llama", "qwen", "mistral", "llama70b", "llama70b_proxy", "llama2_70b", "llama405b",
+                                     "llama_tiny", "qwen_tiny",
                                      "mistral_tiny", "gpt2", "gpt2_medium", "gpt2_large", "gpt2_xl", "gpt2_tiny"}
     assert MEMBERS["methodology"] == ["identical_config", "maximum_performance"]
     assert "native" in MEMBERS["framework"]
@@ -41,13 +42,18 @@ def test_tiny_models_plan_on_every_platform(tmp_path, platform, methodology, mod
     assert (tmp_path / "result.json").exists()
 
 
-# 8B-class models on their platforms' tuned settings, 70B with tensor parallelism over 4 nodes.
+# 8B-class models on their platforms' tuned settings, 70B with tensor parallelism over 4 nodes, 405B over 16 at 2,048 tokens.
 @pytest.mark.parametrize("model", FULL)
 @pytest.mark.parametrize("platform,gpu", [("nvidia", "h100"), ("nvidia", "b200"), ("amd", "mi300x"),
                                           ("amd", "mi355x")])
 def test_full_size_models_plan_on_gpu_nodes(tmp_path, model, platform, gpu):
-    extra = ["platform.nodes=4", "parallelism.tp=8", "training.activation_checkpointing=full"] \
-        if model == "llama70b" else []
+    extra = {"llama70b": ["platform.nodes=4", "parallelism.tp=8", "training.activation_checkpointing=full"],
+             # Llama 2's 4,096-token context (MLPerf's LoRA sets 8,192 itself); 405B over 16 nodes at 2,048 tokens
+             "llama2_70b": ["platform.nodes=4", "parallelism.tp=8", "training.activation_checkpointing=full",
+                            "training.seq_length=4096"],
+             "llama405b": ["platform.nodes=16", "parallelism.tp=8", "training.activation_checkpointing=full",
+                           "training.seq_length=2048"],
+             }.get(model, [])
     out = run_inprocess(tmp_path, [f"platform={platform}", f"platform.gpu={gpu}", f"model={model}",
                                    "dry_run=true", *extra])
     assert out.status == "dry_run", out.result["error"]

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from tprimat.spec import record
 from tprimat.spec.plan import Plan
 from tprimat.spec.projection import ceilings, project, unavailable
 from tprimat.spec.schema import TprimatConf
@@ -37,7 +38,10 @@ def projection_of(spec: TprimatConf, plan: Plan, preflight: Optional[dict] = Non
         work = trace_work(spec)
     except Exception as exc:  # noqa: BLE001 - a model the tracer cannot follow has no projection, and says so
         return unavailable(f"the operation trace failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-    return project(spec, work, found, plan.dp, plan.grad_accum_steps, plan.peak_tflops)
+    projected = project(spec, work, found, plan.dp, plan.grad_accum_steps, plan.peak_tflops)
+    if projected["available"] and spec.platform.name != "cpu":  # a CPU's projection is judged by its own slices
+        projected["interval"] = record.interval(spec.framework.name, spec.platform.gpu)
+    return projected
 
 
 def print_projection(label: str, p: dict) -> None:
@@ -47,6 +51,8 @@ def print_projection(label: str, p: dict) -> None:
     mfu = f", MFU {p['mfu']:.1%}" if p["mfu"] is not None else ""
     print(f"{label}: step {p['step_time_s']:.4g} s, {p['tokens_per_s_per_device']:,.0f} tokens/s/device, "
           f"{p['tflops_per_device']:,.1f} TFLOP/s/device{mfu}")
+    if "interval" in p:
+        print(f"  {record.phrase(p['interval'])}")
     parts = ", ".join(f"{k.removesuffix('_s')} {v:.3g} s" for k, v in p["breakdown_s"].items() if v)
     print(f"  where the time goes: {parts}")
     if p.get("method") == "measured-slice":

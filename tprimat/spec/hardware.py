@@ -88,6 +88,10 @@ DEVICES: dict[str, DeviceSpec] = {
 MAMF_BF16_TFLOPS = {"h100": 794.5, "b200": 1745.0, "mi300x": 668.4, "mi325x": 784.9, "mi355x": 1565.0}
 # H200 and the 96 GB H100: the H100 SXM's GH100 die and clocks with other HBM: H100's ceiling
 MAMF_SAME_DIE = {"h200": "h100", "h100_96gb": "h100"}
+# Parts with no measured ceiling of their own: the fraction of its spec peak a part of the same architecture reaches
+# (MAMF / its BF16 spec peak) applied to theirs. Blackwell (B300, GB200, GB300): the B200's 1,745 of 2,250 (0.776);
+# CDNA 4 (MI350X, the MI355X's die at a lower power): the MI355X's 1,565 of 2,516.6 (0.622); H200 NVL: the H100's
+MAMF_SAME_ARCHITECTURE = {"b300": "b200", "gb200": "b200", "gb300": "b200", "mi350x": "mi355x", "h200_nvl": "h100"}
 MAMF_SOURCE = "Maximum Achievable Matmul FLOPS, BF16 (Stas Bekman, ml-engineering, mamf-finder)"
 
 

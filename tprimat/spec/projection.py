@@ -121,6 +121,12 @@ def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
     """The measured BF16 matmul ceiling (MAMF) of the device or its die, else its spec peak."""
     mamf_key = hardware.MAMF_SAME_DIE.get(device.key, device.key)
     mamf = hardware.MAMF_BF16_TFLOPS.get(mamf_key)
+    kin = hardware.MAMF_SAME_ARCHITECTURE.get(device.key)
+    if mamf is None and kin is not None and device.bf16_tflops:
+        fraction = hardware.MAMF_BF16_TFLOPS[kin] / hardware.DEVICES[kin].bf16_tflops
+        return device.bf16_tflops * fraction, (f"spec peak x {fraction:.3f}, the fraction of its spec peak {kin} (the "
+                                               f"same architecture) reaches: {hardware.MAMF_SOURCE}; no measured "
+                                               "ceiling of this part published")
     if mamf is None:
         return device.bf16_tflops, device.source + " (spec peak: no published measured ceiling)"
     return mamf, hardware.MAMF_SOURCE + (f" ({mamf_key}, the same die)" if mamf_key != device.key else "")

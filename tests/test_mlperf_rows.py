@@ -1,0 +1,51 @@
+"""Row fidelity: every MLPerf submission the projection bench scores composes to the layout its own config states
+(bench/mlperf_rows_v51.json: each row's values as read from its implementation's config_*.sh and its logs)."""
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tprimat.compose import compose
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+
+sys.path.insert(0, str(ROOT / "bench"))
+from mlperf_projection_rows import load, why_not  # noqa: E402
+
+HW = DetectedHardware("cpu", "test", 1, 0.0, None)
+SETS = ["mlperf_rows_v51.json"]
+MODEL = {"llama31_8b": (32, 4096, "none"), "llama2_70b_lora": (80, 8192, "lora"), "llama31_405b": (126, 16384, "none")}
+
+
+def source_rows(name):
+    return [r for r in json.loads((ROOT / "bench" / name).read_text()) if why_not(r) is None]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_expressed_row_composes_to_its_sources_layout(name):
+    expressed, _ = load(name)
+    sources = source_rows(name)
+    assert len(expressed) == len(sources) > 0
+    for r, source in zip(expressed, sources):
+        spec = build_spec(compose(r["overrides"]), HW)
+        par, tr, plat = spec.parallelism, spec.training, spec.platform
+        assert (par.tp, par.pp, par.cp, par.vp) == (source["tp"], source["pp"], source["cp"], source["vp"] or 1), r
+        assert (tr.micro_batch_size, tr.global_batch_size, tr.seq_length) == (
+            source["micro_batch_size"], source["global_batch_size"], source["seq_length"]), r
+        assert tr.precision == source["precision"] and spec.framework.name == "nemo", r
+        assert plat.nodes * plat.devices_per_node == source["nodes"] * source["devices_per_node"], r
+        layers, hidden, peft = MODEL[source["benchmark"]]
+        assert (spec.model.num_layers, spec.model.hidden_size, tr.peft) == (layers, hidden, peft), r
+        assert r["published"] == source["tokens_per_s_per_device"], r
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_every_row_is_scored_or_listed_with_why(name):
+    everything = json.loads((ROOT / "bench" / name).read_text())
+    expressed, listed = load(name)
+    assert len(expressed) + len(listed) == len(everything)
+    assert all(why for _, why in listed)
+    fp4 = [why for (_, why) in listed if why.startswith("precision fp4")]
+    assert fp4 and all("no spec-sheet peak" in why for why in fp4)  # FP4 counts once the table has its peak
