@@ -58,6 +58,9 @@ from tprimat.spec.plan import make_plan  # noqa: E402
 # Published rows held out: each file committed on its own before it was first scored (its docstring says which)
 HELD_OUT_SETS = ("held_out_3", "held_out_4")
 MLPERF_SCORED = "mlperf_rows_v51.json"  # MLPerf Training v5.1's llama31_8b and llama2_70b_lora submissions
+# held out: v5.0's llama2_70b_lora and llama31_405b submissions, committed alone (a9159d6, its sha256 in the message)
+# before this code read them
+MLPERF_HELD_OUT = "mlperf_rows_v50.json"
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -204,7 +207,7 @@ def main() -> None:
     scored = [(r["family"], error) for r, error in kept]
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
-    mlperf = mlperf_sets(kept)
+    mlperf = mlperf_sets(kept, MLPERF_SCORED, "mlperf", "MLPerf v5.1")
     held = []
     for module in HELD_OUT_SETS:
         rows = [row(**r) for r in importlib.import_module(module).PUBLISHED]
@@ -212,6 +215,7 @@ def main() -> None:
         scored_set(f"held out, bench/{module}.py", rows, kept=kept)
         held += rows
     print(f"held_out_3_4_median_abs_error={scored_set('held out, bench/held_out_3.py and 4', held, quiet=True):.3f}")
+    mlperf_sets(kept, MLPERF_HELD_OUT, "held_out", "held out, MLPerf v5.0")
     if args.write_record:
         write_record(kept)
 
@@ -225,20 +229,21 @@ def main() -> None:
     print(f"projection_median_abs_error={family_median(scored + mlperf):.3f}")
 
 
-def mlperf_sets(kept: list) -> list[tuple[str, float]]:
-    """MLPerf v5.1's rows: each expressed or listed with why not, scored, then by vendor; their (family, error)."""
-    rows, not_expressed = load(MLPERF_SCORED)
+def mlperf_sets(kept: list, name: str, prefix: str, label: str) -> list[tuple[str, float]]:
+    """A rows file's MLPerf rows: each expressed or listed with why not, scored, then by vendor (``<prefix>_amd``,
+    ``<prefix>_nvidia``, then ``<prefix>_median_abs_error``); their (family, error)."""
+    rows, not_expressed = load(name)
     for name, why in not_expressed:
         print(f"{name}: not expressed: {why}")
     these: list = []
     errors = published(rows, kept=these)
     kept += these
-    print(f"MLPerf v5.1: {len(rows)} rows expressed, {len(not_expressed)} not")
+    print(f"{label}: {len(rows)} rows expressed, {len(not_expressed)} not")
     for vendor in ("amd", "nvidia"):
         chosen = [(r["family"], error) for r, error in these if r["vendor"] == vendor]
-        print(f"mlperf_{vendor}_median_abs_error={family_median(chosen):.3f} ({len(chosen)} rows, "
+        print(f"{prefix}_{vendor}_median_abs_error={family_median(chosen):.3f} ({len(chosen)} rows, "
               f"{len({f for f, _ in chosen})} families)")
-    print(f"mlperf_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
+    print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
     return errors
 
