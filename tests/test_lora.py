@@ -174,3 +174,37 @@ def test_lora_keys_at_their_defaults_keep_a_specs_identity():
     before = {**now, "training": {k: v for k, v in now["training"].items() if k not in ("peft", "lora")}}
     assert spec_identity(now) == spec_identity(before)
     assert spec_identity(spec_to_dict(spec_of(*TINY, *LORA))) != spec_identity(now)
+
+
+def test_a_part_without_a_measured_ceiling_takes_its_architectures_fraction():
+    """GB200 has no published MAMF: its spec peak (2,500) x the B200's measured 1,745 of 2,250, by hand; MI350X's
+    (2,306.9) x the MI355X's 1,565 of 2,516.6; a part with its own measurement keeps it (H100 794.5)."""
+    from tprimat.spec import hardware
+    from tprimat.spec.projection import bf16_ceiling
+
+    assert bf16_ceiling(hardware.DEVICES["gb200"])[0] == pytest.approx(2500 * 1745 / 2250)
+    assert bf16_ceiling(hardware.DEVICES["mi350x"])[0] == pytest.approx(2306.9 * 1565 / 2516.6)
+    assert bf16_ceiling(hardware.DEVICES["h100"])[0] == 794.5
+
+
+def test_a_projection_on_a_gpu_carries_its_records_interval(tmp_path, monkeypatch):
+    """The record's group for the stack on the GPU class, else the stack on every GPU, else every row; printed
+    as the interval beside the number."""
+    import json
+
+    from tprimat.execute.project import projection_of
+    from tprimat.spec import record
+
+    groups = {"megatron-core stacks on Hopper": {"rows": 3, "families": 2, "low": -0.04, "high": 0.09, "source": "t"},
+              "every stack on every GPU": {"rows": 9, "families": 5, "low": -0.2, "high": 0.5, "source": "t"}}
+    monkeypatch.setattr(record, "RECORD", tmp_path / "record.json")
+    (tmp_path / "record.json").write_text(json.dumps({"groups": groups}))
+    record.groups.cache_clear()
+    try:
+        spec = spec_of("platform=nvidia", "platform.gpu=h200", "model=llama", "framework=nemo")
+        found = projection_of(spec, make_plan(spec, HW))["interval"]
+        assert found["group"] == "megatron-core stacks on Hopper" and (found["low"], found["high"]) == (-0.04, 0.09)
+        assert record.phrase(found).startswith("within -4% to +9% for megatron-core stacks on Hopper (3 rows")
+        assert record.interval("torchtitan", "mi300x")["group"] == "every stack on every GPU"
+    finally:
+        record.groups.cache_clear()

@@ -16,6 +16,13 @@ from mlperf_projection_rows import load, why_not  # noqa: E402
 
 HW = DetectedHardware("cpu", "test", 1, 0.0, None)
 SETS = ["mlperf_rows_v51.json", "mlperf_rows_v50.json"]  # scored; held out
+# the systems' JSONs' accelerator names as the hardware table's rows, by hand
+GPU = {"NVIDIA H100-SXM5-80GB": "h100", "NVIDIA H200-SXM5-141GB": "h200", "NVIDIA H200-NVL-141GB": "h200_nvl",
+       "NVIDIA Blackwell GPU (B200-SXM-180GB)": "b200", "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)": "b300",
+       "NVIDIA Blackwell GPU (GB200)": "gb200", "NVIDIA Blackwell Ultra GPU (GB300)": "gb300",
+       "AMD Instinct MI300X 192GB HBM3": "mi300x", "AMD Instinct MI325X 256GB HBM3E": "mi325x",
+       "AMD Instinct MI325X 256GB HBM3e": "mi325x", "AMD Instinct MI325X 256GB HBM3E DLC": "mi325x",
+       "AMD Instinct MI350X": "mi350x", "AMD Instinct MI355X": "mi355x"}
 MODEL = {"llama31_8b": (32, 4096, "none"), "llama2_70b_lora": (80, 8192, "lora"), "llama31_405b": (126, 16384, "none")}
 
 
@@ -36,6 +43,11 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
             source["micro_batch_size"], source["global_batch_size"], source["seq_length"]), r
         assert tr.precision == source["precision"] and spec.framework.name == "nemo", r
         assert plat.nodes * plat.devices_per_node == source["nodes"] * source["devices_per_node"], r
+        assert plat.gpu == GPU.get(source["accelerator"], source["accelerator"]), r
+        if plat.gpu.startswith("gb"):  # an NVL72 rack is one NVLink domain: never more than 72 GPUs in it
+            assert plat.devices_per_node <= 72 and plat.devices_per_node % 4 == 0, r
+        else:
+            assert (plat.nodes, plat.devices_per_node) == (source["nodes"], source["devices_per_node"]), r
         layers, hidden, peft = MODEL[source["benchmark"]]
         assert (spec.model.num_layers, spec.model.hidden_size, tr.peft) == (layers, hidden, peft), r
         assert r["published"] == source["tokens_per_s_per_device"], r

@@ -36,9 +36,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tprimat.results.progress import progress
-from tprimat.spec import flops
 from tprimat.spec.build import set_dotted
-from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, ac_period
 
@@ -228,7 +226,7 @@ def throughput(spec: TprimatConf, plan: Plan, step_s: float) -> dict:
     """A projected step's rates: tokens/s and TFLOP/s per device, MFU where the plan has a peak."""
     tr = spec.training
     per_device = tr.global_batch_size * tr.seq_length / step_s / plan.world_size
-    tflops = flops.flops_per_token(model_as_built(spec), tr.seq_length) * per_device / 1e12
+    tflops = plan.flops_per_token * per_device / 1e12  # the plan's count (LoRA's frozen base included)
     return {"step_time_s": step_s, "tokens_per_s_per_device": per_device, "tflops_per_device": tflops,
             "mfu": tflops / plan.peak_tflops if plan.peak_tflops else None}
 

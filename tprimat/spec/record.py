@@ -15,8 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from tprimat.spec.keeps import MEGATRON_CORE
+
 RECORD = Path(__file__).with_name("projection_record.json")
-MEGATRON_CORE = ("nemo", "megatron", "primus", "megatron_deepspeed")
 GPU_CLASSES = {"h100": "Hopper", "h100_96gb": "Hopper", "h200": "Hopper", "h200_nvl": "Hopper", "b200": "Blackwell",
                "b300": "Blackwell", "gb200": "Blackwell", "gb300": "Blackwell", "a100": "Ampere", "mi250x": "CDNA 2",
                "mi300x": "CDNA 3", "mi325x": "CDNA 3", "mi350x": "CDNA 4", "mi355x": "CDNA 4"}
