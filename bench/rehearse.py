@@ -72,6 +72,7 @@ class Framework:
     python312: tuple[str, ...] = ()
     # packages its installs pull in that cannot load on this CPU build of torch and that nothing rehearsed imports
     uninstall: tuple[str, ...] = ()
+    lora: bool = False  # also each model under training.peft=lora (its launch sets LoRA through its own API)
 
 
 # The spec's own values and where each framework holds them once finalised: read from the run spec and plan of the
@@ -150,7 +151,7 @@ FRAMEWORKS = {
         (("torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate", "omegaconf>=2.3",
           "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
           "packaging", "triton==3.9.0", "megatron-energon", "nvidia-modelopt"),
-         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,), uninstall=("torchvision",)),
+         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,), uninstall=("torchvision",), lora=True),
     "bridge_newest": Framework(
         "Megatron-Bridge 0.6.2 (the newest release; NeMo Framework 26.04 and later) with megatron-core 0.19.2 "
         "(Python 3.12 releases, rehearsed on 3.11: see PYTHON312)",
@@ -159,7 +160,7 @@ FRAMEWORKS = {
           "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core>=1.3.4,<1.4", "einops", "packaging",
           "triton==3.9.0", "megatron-energon", "peft", "mistral-common", "diffusers>=0.36.0", "timm",
           "nvidia-modelopt", "typing_extensions"),),
-        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2"),
+        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2"), lora=True,
         # timm's torchvision from PyPI fails to load beside the CPU torch ("operator torchvision::nms does not
         # exist"), and Bridge's recipes import it only for vision models
         uninstall=("torchvision",)),
@@ -335,7 +336,12 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
               for model in models for methodology in METHODOLOGIES for gpu in platforms]
     published = [(label, ("methodology=identical_config", *layout)) for label, layout in fw.published
                  if "llama70b" in models]
-    for label, chosen in matrix + published:
+    # LoRA from a base checkpoint: the rehearsal stops before anything is loaded, so the directory named is any that
+    # exists (Megatron-Bridge 0.6's validate checks that it does)
+    lora = [(f"{model} LoRA {gpu}", (f"platform={PLATFORM[gpu]}", f"platform.gpu={gpu}", f"model={model}",
+                                     "training.peft=lora", "framework.pretrained_checkpoint=."))
+            for model in models for gpu in platforms] if fw.lora else []
+    for label, chosen in matrix + published + lora:
         overrides = [*chosen, *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
                      *([f"framework.path={sources[0]}"] if sources else [])]
         run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))

@@ -1,6 +1,8 @@
 """LoRA fine-tuning (training.peft=lora): the native adapters against PEFT's, the frozen base read back from a
 trained model, the projection's trace and the memory model against hand counts, the rules by key."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -158,14 +160,28 @@ def test_lora_rules_name_the_key(overrides, expected):
     assert any(expected in p for p in problems), problems
 
 
-def test_nemo_plans_lora_and_its_launch_refuses_it_by_key():
-    """Planned and projected (MLPerf's LoRA rows run NeMo), never launched without the LoRA its script would set."""
+def test_megatron_bridge_sets_lora_on_its_own_config_and_nemo2_refuses_it_by_key():
+    """Megatron-Bridge: cfg.peft = LoRA() and every value set through ``put`` (a name its LoRA does not declare stops
+    the script) and read back after its own finalisation (bench/rehearse.py); a base checkpoint named, as Bridge's
+    validate requires. NeMo 2's pretrain recipe takes no PEFT: refused by key, as is Bridge without a checkpoint."""
     from tprimat import backends
+    from tprimat.backends.external import nemo
 
-    spec = spec_of("platform=nvidia", "platform.gpu=h100", "model=llama", "framework=nemo", *LORA)
-    assert not [p for p in validate(spec, HW, dry_run=True) if "peft" in p or "lora" in p]
-    problems = backends.load("nemo").check(spec, make_plan(spec, HW))
-    assert problems and problems[0].startswith("training.peft=lora, framework.name=nemo:"), problems
+    gpu = ["platform=nvidia", "platform.gpu=h100", "model=llama", "framework=nemo"]
+    spec = spec_of(*gpu, "framework.flavour=bridge", *LORA, "framework.pretrained_checkpoint=/base")
+    rows = {row[0]: row[1:] for row in nemo.bridge_settings(spec)}
+    assert rows["lora_rank"] == ("peft.dim", "peft.dim", 16) and rows["lora_alpha"] == ("peft.alpha", "peft.alpha", 32)
+    assert rows["lora_targets"][2] == ["linear_qkv", "linear_proj"] and rows["lora_dropout"][2] == 0.1
+    assert rows["pretrained_checkpoint"] == ("checkpoint.pretrained_checkpoint",) * 2 + ("/base",)
+    script = backends.load("nemo").launch(spec, make_plan(spec, HW), Path("l")).files["nemo_pretrain.py"]
+    assert "cfg.peft = LoRA()" in script and "finetune(cfg, forward_step)" in script
+    assert not backends.load("nemo").check(spec, make_plan(spec, HW))
+    for overrides, expected in ((["framework.flavour=nemo2"], "training.peft=lora, framework.flavour=nemo2:"),
+                                (["framework.flavour=bridge"], "framework.pretrained_checkpoint=null:")):
+        other = spec_of(*gpu, *overrides, *LORA)
+        assert not [p for p in validate(other, HW, dry_run=True) if "peft" in p or "lora" in p]  # planned, projected
+        problems = backends.load("nemo").check(other, make_plan(other, HW))
+        assert problems and expected in problems[0], problems
 
 
 def test_lora_keys_at_their_defaults_keep_a_specs_identity():

@@ -56,7 +56,7 @@ for _name, _desc, _divisible_by in (
 ):
     register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True,
                            vocab_divisible_by=_divisible_by,
-                           lora="planned and projected; its launch refuses it (tprimat.backends.external.nemo)"
+                           lora="Megatron-Bridge's cfg.peft (flavour bridge, from framework.pretrained_checkpoint)"
                            if _name == "nemo" else ""))
 
 

@@ -127,6 +127,9 @@ class FrameworkConf(Freezable):
     # torchtitan: registry (>= 0.3, --module/--config) | toml (0.2.1-0.2.2, --job.config_file)
     recipe: Optional[str] = None  # their own model config (Primus model YAML, NeMo recipe, torchtitan TOML or module:function)
     extra_args: List[str] = field(default_factory=list)  # appended verbatim to their command line
+    # nemo flavour bridge with training.peft=lora: the base model's Megatron checkpoint Megatron-Bridge's PEFT loads
+    # (its ConfigContainer.validate: "PEFT requires a pretrained checkpoint path")
+    pretrained_checkpoint: Optional[str] = None
     timeout_min: float = 240.0  # the run is killed and recorded as failed after this
 
 

@@ -54,7 +54,7 @@ def values(spec: TprimatConf) -> dict:
             "vp": par.vp if par.vp > 1 else None, "megatron_fsdp": par.fsdp,
             "distributed_optimizer": par.zero_stage >= 1 or par.fsdp, "grad_reduce_in_fp32": tr.grad_reduce_in_fp32,
             **recompute_of(tr.activation_checkpointing),
-            "devices_per_node": spec.platform.devices_per_node, "nodes": spec.platform.nodes}
+            "devices_per_node": spec.platform.devices_per_node, "nodes": spec.platform.nodes, "peft": tr.peft}
 
 
 def recompute_of(mode: str) -> dict:
@@ -102,7 +102,22 @@ def bridge_settings(spec: TprimatConf) -> list[tuple]:
              ("grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32",
               v["grad_reduce_in_fp32"]),
              ("bf16", None, "model.bf16", True), ("fp8", None, "model.fp8", "hybrid" if fp8 else None)]
-    return rows
+    return rows + lora_rows(spec)
+
+
+def lora_rows(spec: TprimatConf) -> list[tuple]:
+    """training.lora on Megatron-Bridge's LoRA (``cfg.peft``, the script sets one first) and the base checkpoint its
+    PEFT loads; Megatron-core's module names are Bridge's own ``target_modules``."""
+    if spec.training.peft != "lora":
+        return []
+    lora = spec.training.lora
+    alpha = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha  # Bridge's field is an int
+    return [("lora_rank", "peft.dim", "peft.dim", lora.rank), ("lora_alpha", "peft.alpha", "peft.alpha", alpha),
+            ("lora_dropout", "peft.dropout", "peft.dropout", lora.dropout),
+            ("lora_dropout_position", "peft.dropout_position", "peft.dropout_position", "pre"),
+            ("lora_targets", "peft.target_modules", "peft.target_modules", list(lora.targets)),
+            ("pretrained_checkpoint", "checkpoint.pretrained_checkpoint", "checkpoint.pretrained_checkpoint",
+             spec.framework.pretrained_checkpoint)]
 
 
 def nemo2_settings(spec: TprimatConf) -> list[tuple]:
@@ -306,6 +321,9 @@ if declares(cfg.tokenizer, "use_tokenizer_vocab_size"):  # Megatron-Bridge 0.6: 
     # tokenizer's vocabulary and pad it to 128 x TP in setup(); the model's own, as its performance recipes set it
     SETTINGS = [*SETTINGS, ("vocab_from_tokenizer", "tokenizer.use_tokenizer_vocab_size",
                             "tokenizer.use_tokenizer_vocab_size", False)]
+if V["peft"] == "lora":  # an adapter config to set: the recipe has none (cfg.peft is None)
+    from megatron.bridge.peft.lora import LoRA
+    cfg.peft = LoRA()
 for key, where, _, value in SETTINGS:
     if where:
         put(cfg, where, value)
@@ -350,9 +368,13 @@ print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "seq_length": cfg.dataset.seq_length, "tp": cfg.model.tensor_model_parallel_size,
     "pp": cfg.model.pipeline_model_parallel_size, "cp": cfg.model.context_parallel_size}}), flush=True)
 from megatron.bridge.training.gpt_step import forward_step  # noqa: E402
-from megatron.bridge.training.pretrain import pretrain  # noqa: E402
 
-pretrain(cfg, forward_step)
+if V["peft"] == "lora":  # the base loaded from checkpoint.pretrained_checkpoint, frozen; the adapters trained
+    from megatron.bridge.training.finetune import finetune
+    finetune(cfg, forward_step)
+else:
+    from megatron.bridge.training.pretrain import pretrain
+    pretrain(cfg, forward_step)
 '''
 
 
@@ -383,6 +405,20 @@ def bridge_script(spec: TprimatConf) -> str:
             + f"SETTINGS = {table(bridge_settings(spec))}\n" + PUT + BRIDGE_BODY.format())
 
 
+def lora_problems(spec: TprimatConf) -> list[str]:
+    """LoRA runs under Megatron-Bridge (its cfg.peft) from a base checkpoint; NeMo 2's script does not set it."""
+    if spec.training.peft == "none":
+        return []
+    if spec.framework.flavour != "bridge":
+        return ["training.peft=lora, framework.flavour=nemo2: tprimat's NeMo 2 script does not set LoRA (NeMo 2 takes it "
+                "in llm.finetune, not the pretrain recipe); use framework.flavour=bridge, or plan and project it"]
+    if not spec.framework.pretrained_checkpoint:
+        return ["training.peft=lora, framework.pretrained_checkpoint=null: Megatron-Bridge's PEFT fine-tunes a base "
+                "checkpoint (its ConfigContainer.validate: 'PEFT requires a pretrained checkpoint path'); name the "
+                "base model's Megatron checkpoint directory"]
+    return []
+
+
 class NemoBackend(ExternalBackend):
     name = "nemo"
     path_env = "NEMO_PATH"
@@ -399,11 +435,7 @@ class NemoBackend(ExternalBackend):
             return ["framework.name=nemo, platform.name=cpu: NeMo trains on NVIDIA or AMD GPUs"]
         if spec.framework.flavour not in ("nemo2", "bridge"):
             return [f"framework.flavour={spec.framework.flavour}: must be nemo2 or bridge"]
-        if spec.training.peft != "none":  # planned and projected (Megatron-core's LoRA), not yet launched
-            return [f"training.peft={spec.training.peft}, framework.name=nemo: tprimat's NeMo and Megatron-Bridge scripts "
-                    "do not set LoRA yet (NeMo 2's llm.peft.LoRA, Megatron-Bridge's cfg.peft with the base checkpoint "
-                    "its PEFT requires); plan and project it, or run it under framework=native or transformers"]
-        return []  # runs with NeMo's own interpreter (framework.python); no checkout needed
+        return lora_problems(spec)  # runs with NeMo's own interpreter (framework.python); no checkout needed
 
     def launch(self, spec: TprimatConf, plan: Plan, launch_dir: Path) -> Launch:
         script = launch_dir / "nemo_pretrain.py"
