@@ -155,27 +155,20 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 MACHINE: list[str] = []  # what tests/machine.py set up, printed at the end of the run
-BUILDS: list = []  # DeepSpeed's op building beside the tests (tests/machine.py)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """Once per test run, before any test (in pytest-xdist's controller, before its workers start): what the
-    suite needs beyond the README's first command (tests/machine.py); DeepSpeed's op builds beside the tests."""
+    suite needs beyond the README's first command (tests/machine.py)."""
     if "PYTEST_XDIST_WORKER" in os.environ or os.environ.get("TPRIMAT_TESTS_NO_SETUP"):
         return
     from tests.machine import prepare
 
-    lines, build = prepare()
-    MACHINE.extend(lines)
-    BUILDS.append(build)
+    MACHINE.extend(prepare())
 
 
 def pytest_terminal_summary(terminalreporter):
-    from tests.machine import finished
-
-    MACHINE.extend(finished(build) for build in BUILDS)
-    BUILDS.clear()
     for line in MACHINE:
         terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
 

@@ -6,8 +6,7 @@ command is green on a fresh machine whatever order the tests run in:
   ``tests/test_slurm_nodes.py`` and submitit's Slurm executor in ``tests/test_sweep.py``;
 - Debian's ``chromium``: ``tests/test_report_html.py`` opens report.html in it, headless;
 - DeepSpeed's CPU communication op (``deepspeed_shm_comm``, C++ through torch's JIT loader, about 30 s on 2 cores),
-  built in a process of its own beside the first tests (a DeepSpeed test that starts before it is done waits on
-  torch's own build lock, then loads it), not in front of them.
+  which the first DeepSpeed engine on a machine would otherwise build in the middle of a test.
 
 Packages are installed as root on a Debian machine (one ``apt-get update``, one ``apt-get install``); elsewhere the
 tests that need them skip, saying why. Each step's outcome and time is printed at the end of the run.
@@ -17,10 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from scripts import slurm_cluster
 from scripts.slurm_cluster import PACKAGES
@@ -57,22 +53,14 @@ def deepspeed_op() -> str:
         return f"not built: {type(exc).__name__}: {str(exc)[:200]}"
 
 
-def prepare() -> tuple[list[str], subprocess.Popen]:
-    """The packages, once (one line with its time), and DeepSpeed's op building in a process of its own, which
-    prints its outcome and time (``finished``)."""
+def prepare() -> list[str]:
+    """Everything above, once; one line per step with its time."""
+    lines = []
     start = time.monotonic()
     wanted = missing_packages()
     why = apt_install(wanted) if wanted else None
-    line = (f"packages: {', '.join(wanted) if wanted else 'nothing to install'}: "
-            f"{why or ('installed' if wanted else 'ready')} ({time.monotonic() - start:.0f} s)")
-    build = ("import time; from tests.machine import deepspeed_op; start = time.monotonic(); "
-             "print(f'deepspeed cpu op: {deepspeed_op()} ({time.monotonic() - start:.0f} s, beside the tests)')")
-    return [line], subprocess.Popen([sys.executable, "-c", build], cwd=Path(__file__).resolve().parent.parent,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-
-
-def finished(build: subprocess.Popen) -> str:
-    """The op build's line, once it has ended."""
-    out, _ = build.communicate()
-    lines = [line for line in out.splitlines() if line.startswith("deepspeed cpu op:")]
-    return lines[-1] if lines else f"deepspeed cpu op: the build exited {build.returncode} without a word"
+    lines.append(f"packages: {', '.join(wanted) if wanted else 'nothing to install'}: "
+                 f"{why or ('installed' if wanted else 'ready')} ({time.monotonic() - start:.0f} s)")
+    start = time.monotonic()
+    lines.append(f"deepspeed cpu op: {deepspeed_op()} ({time.monotonic() - start:.0f} s)")
+    return lines
