@@ -206,6 +206,8 @@ def rehearsal_record(root, params, error):
         except AttributeError as exc:
             got = f"<not readable: {str(exc)[:160]}>"
         scalar = isinstance(got, (bool, int, float, str, type(None)))
+        if isinstance(got, (list, tuple)) and all(isinstance(v, (bool, int, float, str, type(None))) for v in got):
+            got, scalar = list(got), True  # a list of names (LoRA's target_modules) compared as one
         rows.append({"key": key, "where": where, "spec": value, "framework": got if scalar else str(got)})
     with open(os.environ["TPRIMAT_REHEARSE"], "w") as f:
         json.dump({"framework": VERSION, "settings": rows, "params": params, "error": error}, f, indent=1)
