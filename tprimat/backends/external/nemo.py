@@ -413,7 +413,7 @@ def lora_problems(spec: TprimatConf) -> list[str]:
         return []
     if spec.framework.flavour != "bridge":
         return ["training.peft=lora, framework.flavour=nemo2: tprimat's NeMo 2 script does not set LoRA (NeMo 2 takes it "
-                "in llm.finetune, not the pretrain recipe); use framework.flavour=bridge, or plan and project it"]
+                "in llm.finetune, not the pretrain recipe); use framework.flavour=bridge with framework.pretrained_checkpoint"]
     if not spec.framework.pretrained_checkpoint:
         return ["training.peft=lora, framework.pretrained_checkpoint=null: Megatron-Bridge's PEFT fine-tunes a base "
                 "checkpoint (its ConfigContainer.validate: 'PEFT requires a pretrained checkpoint path'); name the "
