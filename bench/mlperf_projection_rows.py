@@ -73,10 +73,8 @@ def expressed(r: dict) -> dict:
     name = f"MLPerf {r['round']} {r['submitter']} {r['system']} {r['benchmark']}"
     made = row(name, gpu, "amd" if gpu.startswith("mi") else "nvidia", r["nodes"] * r["devices_per_node"],
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],
-               r["config"] or r["match"], model=MODELS[r["benchmark"]], framework="nemo", family=family(r))
-    # the system's nodes (or NVL72 racks), not the 8-GPU nodes ``row`` assumes
-    made["overrides"] = [o for o in made["overrides"] if not o.startswith(("platform.devices_per_node=",
-                                                                           "platform.nodes="))] + nodes_of(gpu, r)
+               r["config"] or r["match"], model=MODELS[r["benchmark"]], framework="nemo", family=family(r),
+               placement=nodes_of(gpu, r))  # the system's nodes (or NVL72 racks)
     return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia"}
 
 

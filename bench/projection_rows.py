@@ -26,8 +26,9 @@ def nodes(gpus: int) -> list[str]:
 
 
 def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, source, model="llama", framework="megatron",
-        family=None):
-    """One published row as the overrides that express it; ``model``: a config name or a list of overrides."""
+        family=None, placement=None):
+    """One published row as the overrides that express it; ``model``: a config name or a list of overrides;
+    ``placement``: its nodes' overrides (default: nodes of 8 GPUs)."""
     model_overrides = [f"model={model}"] if isinstance(model, str) else list(model)
     # every degree the row does not name is 1, stated: a methodology's tuned layout (maximum_performance's CP 2 on
     # H100) must not leak into a published row (two Megatron-Bridge FSDP rows composed with CP 2 until 2026-11-28)
@@ -35,7 +36,7 @@ def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, sourc
                if not any(o.startswith(f"parallelism.{key}=") for o in layout)]
     overrides = [f"platform={platform}", f"platform.gpu={gpu}", *model_overrides, f"framework={framework}",
                  SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
-                 f"training.precision={precision}", *nodes(gpus), *unnamed, *layout]
+                 f"training.precision={precision}", *(placement or nodes(gpus)), *unnamed, *layout]
     return {"name": name, "overrides": overrides, "published": published, "source": source, "family": family or name}
 
 

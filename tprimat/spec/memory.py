@@ -82,7 +82,7 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
     trained = params  # what has gradients and optimizer state: every parameter, or LoRA's adapters alone
     lora = lora_of(spec)
     if lora is not None:
-        trained = flops.lora_layer_params(spec.model, lora) * spec.model.num_layers / par.pp / par.tp
+        trained = flops.trained_stage_params(spec.model, par.pp, lora) / par.tp
         params += trained
     weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes + unit * 2
     unit_grads = unit * 4 if lora is None else 0.0  # a frozen unit produces no weight gradients

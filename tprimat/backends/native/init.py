@@ -18,6 +18,7 @@ import math
 import torch
 from torch import nn
 
+from tprimat.backends.native.lora import is_adapter
 from tprimat.spec.schema import ModelConf
 
 WRAPPERS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.", "module.")
@@ -41,10 +42,10 @@ def initial_value(name: str, shape: torch.Size, cfg: ModelConf, seed: int, devic
     """The full-size initial value of parameter ``name`` (float32)."""
     if name.endswith("norm.weight"):
         return torch.ones(shape, device=device)
-    if name.endswith(".bias") or (".lora_" in name and name.endswith(".b.weight")):
+    if name.endswith(".bias") or (is_adapter(name) and name.endswith(".b.weight")):
         return torch.zeros(shape, device=device)
     generator = torch.Generator(device=device).manual_seed(seed_of(seed, name))
-    if ".lora_" in name:  # an adapter's A: (rank, fan_in)
+    if is_adapter(name):  # an adapter's A: (rank, fan_in)
         bound = 1.0 / math.sqrt(shape[-1])
         return torch.empty(shape, device=device).uniform_(-bound, bound, generator=generator)
     std = STD / math.sqrt(2 * cfg.num_layers) if name.endswith(SCALED) else STD
