@@ -1,12 +1,14 @@
 """MLPerf Training LLM submissions: the parallel layout each system ran with and the throughput it measured.
 
-Reads two results repositories (bare git mirrors of mlcommons/training_results_v5.1 and _v5.0, through
+Reads results repositories (bare git mirrors of mlcommons/training_results_v5.1, _v5.0, _v4.1, _v4.0, through
 ``git ls-tree``/``git cat-file``; nothing is checked out) and writes one row per system-benchmark to
-``mlperf_rows_v51.json`` and ``mlperf_rows_v50.json``, sorted by (benchmark, submitter, system):
+``mlperf_rows_v51.json``, ``mlperf_rows_v50.json`` (and ``_v41``, ``_v40``), sorted by (benchmark, submitter,
+system), for each round given:
 
-    python bench/mlperf_layouts.py --v51 <v5.1 git dir> --v50 <v5.0 git dir> [--out DIR]
+    python bench/mlperf_layouts.py --v51 <v5.1 git dir> --v50 <v5.0 git dir> [--v41 DIR] [--v40 DIR] [--out DIR]
 
-Rows: v5.1 ``llama31_8b`` and ``llama2_70b_lora``; v5.0 ``llama2_70b_lora``, ``llama31_405b`` and ``gpt3``
+Rows: v5.1 ``llama31_8b`` and ``llama2_70b_lora``; v5.0 ``llama2_70b_lora``, ``llama31_405b`` and ``gpt3``; v4.1
+and v4.0 ``llama2_70b_lora`` and ``gpt3``
 (every ``<Submitter>/results/<system>/<benchmark>/`` holding ``result_*.txt``). A log or file whose blob the
 mirror lacks is skipped and named in the row (``missing_logs``).
 
@@ -75,8 +77,10 @@ import statistics
 import subprocess
 from pathlib import Path
 
-BENCHMARKS = {"v5.1": ("llama31_8b", "llama2_70b_lora"), "v5.0": ("llama2_70b_lora", "llama31_405b", "gpt3")}
-OUT_NAMES = {"v5.1": "mlperf_rows_v51.json", "v5.0": "mlperf_rows_v50.json"}
+BENCHMARKS = {"v5.1": ("llama31_8b", "llama2_70b_lora"), "v5.0": ("llama2_70b_lora", "llama31_405b", "gpt3"),
+              "v4.1": ("llama2_70b_lora", "gpt3"), "v4.0": ("llama2_70b_lora", "gpt3")}
+OUT_NAMES = {"v5.1": "mlperf_rows_v51.json", "v5.0": "mlperf_rows_v50.json", "v4.1": "mlperf_rows_v41.json",
+             "v4.0": "mlperf_rows_v40.json"}
 BENCH_SEQ = {"llama2_70b_lora": 8192}  # the benchmark's fixed packed length where a log states none
 VENDORED = {"NeMo", "Megatron-LM", "TransformerEngine", "apex", "nccl", "tp_overlap", "data_prefix", "3rdparty",
             "tests", "examples", "docs", "implementations"}
@@ -646,12 +650,15 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--v51", required=True, help="git dir of mlcommons/training_results_v5.1")
-    ap.add_argument("--v50", required=True, help="git dir of mlcommons/training_results_v5.0")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent), help="folder for the two JSON files")
+    for round_ in BENCHMARKS:
+        ap.add_argument(f"--{round_.replace('.', '')}", help=f"git dir of mlcommons/training_results_{round_}")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent), help="folder for the JSON files")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    for round_, git_dir in (("v5.1", args.v51), ("v5.0", args.v50)):
+    for round_ in BENCHMARKS:
+        git_dir = getattr(args, round_.replace(".", ""))
+        if git_dir is None:
+            continue
         rows = build_rows(Repo(git_dir), round_)
         path = Path(args.out) / OUT_NAMES[round_]
         path.write_text(json.dumps(rows, indent=1) + "\n")

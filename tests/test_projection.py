@@ -124,14 +124,21 @@ def test_ceilings_come_from_the_table_with_sources_or_say_why_not():
     assert none is None and "preflight" in why
 
 
-@pytest.mark.parametrize("framework,fwd,bwd", [("torchtitan", 333.0, 318.0), ("megatron", 529.0, 518.0)])
-def test_attention_runs_at_the_stacks_kernel_as_its_authors_measured_it(framework, fwd, bwd):
+# FlashAttention-3's paper (arXiv 2407.08608), figs. 5-6, head dim 128, read off its bars: seq 8k, 4k, 1k; and 3k
+# (between 2k's 484/465 and 4k's 518/499, at log2(3072/2048) = 0.585 of the way)
+@pytest.mark.parametrize("framework,seq,cp,fwd,bwd", [
+    ("torchtitan", 8192, 1, 333.0, 318.0), ("megatron", 8192, 1, 529.0, 518.0), ("megatron", 4096, 1, 518.0, 499.0),
+    ("megatron", 8192, 8, 410.0, 408.0), ("torchtitan", 8192, 2, 319.0, 310.0),
+    ("megatron", 3072, 1, 484.0 + 0.585 * 34, 465.0 + 0.585 * 34)])
+def test_attention_runs_at_the_stacks_kernel_as_its_authors_measured_it(framework, seq, cp, fwd, bwd):
     """On an H100 (the GPU FlashAttention-3's paper measured), attention runs at the published TFLOP/s of the
-    kernel the stack calls: FlashAttention-2 under torch's SDPA, cuDNN under Transformer Engine (figs. 5-6)."""
-    c, _ = ceilings(spec_of(f"framework={framework}", "framework.path=."))
+    kernel the stack calls (FlashAttention-2 under torch's SDPA, cuDNN under Transformer Engine) for the sequence
+    one call sees: seq/cp under context parallelism, one ring step's queries."""
+    c, _ = ceilings(spec_of(f"framework={framework}", "framework.path=.", f"training.seq_length={seq}",
+                            f"parallelism.cp={cp}"))
     op = OpCost("attention", 1e12, 0.0)
-    assert op_time_s(op, c) == pytest.approx(1e12 / (fwd * 1e12))
-    assert op_time_s(op, c, backward=True) == pytest.approx(1e12 / (bwd * 1e12))
+    assert op_time_s(op, c) == pytest.approx(1e12 / (fwd * 1e12), rel=1e-3)
+    assert op_time_s(op, c, backward=True) == pytest.approx(1e12 / (bwd * 1e12), rel=1e-3)
 
 
 def test_a_power_cap_is_not_modelled_and_says_so():

@@ -1,32 +1,53 @@
 """What each training stack runs for attention and recompute: facts as data, each with its source.
 
 Attention is not a matmul at the device's matmul ceiling: a fused kernel reaches what its authors measured. The
-H100 figures are FlashAttention-3's own benchmark of the kernels the stacks call (BF16, head dim 128, seq 8k,
-TFLOP/s with causal halving and a backward of 2.5 forwards, the convention ``tprimat.backends.native.opcount``
-counts in). On another device a kernel is taken to keep its fraction of the measured matmul ceiling.
+H100 figures are FlashAttention-3's own benchmark of the kernels the stacks call (BF16, head dim 128, sequences
+of 512 to 16k tokens, TFLOP/s with causal halving and a backward of 2.5 forwards, the convention
+``tprimat.backends.native.opcount`` counts in). A kernel call runs at the figure for the sequence it sees
+(between the measured lengths, linear in log2 of the length; outside them, the nearest): the whole sequence, or
+under context parallelism seq/cp, as Transformer Engine's ring (``AttnFuncWithCPAndKVP2P``: one kernel call per
+ring step on this rank's seq/cp queries) and torchtitan's ring attention split it. On another device a kernel is
+taken to keep its fraction of the measured matmul ceiling.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tprimat.spec.hardware import MAMF_BF16_TFLOPS
 
 FA3_PAPER = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608) figs. 5-6, H100 80GB SXM5, BF16, head dim 128, "
-             "seq 8k: forward causal; backward non-causal (the paper shows no causal backward)")
+             "seq 512 to 16k (16k tokens a batch): forward causal; backward non-causal (the paper shows no causal "
+             "backward)")
 
 
 @dataclass(frozen=True)
 class AttentionKernel:
     name: str
-    fwd_tflops_h100: float
-    bwd_tflops_h100: float
+    by_seq: tuple  # ((sequence length, forward TFLOP/s, backward TFLOP/s) on an H100, ...), shortest first
     source: str
 
+    def tflops_h100(self, seq: float) -> tuple[float, float]:
+        """(forward, backward) TFLOP/s on an H100 for a call over ``seq`` tokens: linear in log2(seq) between the
+        measured lengths, the nearest one outside them."""
+        points = self.by_seq
+        if seq <= points[0][0] or len(points) == 1:
+            return points[0][1], points[0][2]
+        for (s0, f0, b0), (s1, f1, b1) in zip(points, points[1:]):
+            if seq <= s1:
+                w = (math.log2(seq) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+                return f0 + w * (f1 - f0), b0 + w * (b1 - b0)
+        return points[-1][1], points[-1][2]
 
-KERNELS = {
-    "flash2": AttentionKernel("FlashAttention-2 (PyTorch SDPA's flash backend)", 333.0, 318.0, FA3_PAPER),
-    "cudnn": AttentionKernel("cuDNN fused attention (Transformer Engine's default on Hopper)", 529.0, 518.0, FA3_PAPER),
+
+KERNELS = {  # FA3_PAPER's bars, forward (fig. 5) and backward (fig. 6) at each sequence length
+    "flash2": AttentionKernel("FlashAttention-2 (PyTorch SDPA's flash backend)",
+                              ((512, 191.0, 214.0), (1024, 260.0, 260.0), (2048, 298.0, 291.0), (4096, 319.0, 310.0),
+                               (8192, 333.0, 318.0), (16384, 335.0, 322.0)), FA3_PAPER),
+    "cudnn": AttentionKernel("cuDNN fused attention (Transformer Engine's default on Hopper)",
+                             ((512, 315.0, 305.0), (1024, 410.0, 408.0), (2048, 484.0, 465.0), (4096, 518.0, 499.0),
+                              (8192, 529.0, 518.0), (16384, 539.0, 516.0)), FA3_PAPER),
 }
 # The kernel each stack calls for causal BF16 attention on a GPU. torchtitan, Hugging Face, DeepSpeed's models
 # and tprimat's native trainer call torch's scaled_dot_product_attention, whose flash backend is FlashAttention-2

@@ -43,7 +43,7 @@ FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scale
 ASSUMPTIONS = (
     "roofline per traced operation: max(FLOPs / ceiling, bytes / memory bandwidth), eager op by op",
     "tensor parallelism splits each layer's work evenly; context parallelism: seq/cp queries against all keys",
-    FLASH_NOTE,
+    FLASH_NOTE + " at the sequence each call sees (seq/cp under context parallelism)",
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
@@ -113,8 +113,10 @@ def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[
     if spec.training.precision == "fp32":
         return (bf16, bf16), bf16_source
     kernel, scale = kernels.attention_kernel(spec.framework.name), bf16 / kernels.H100_MAMF_TFLOPS
-    return (kernel.fwd_tflops_h100 * scale, kernel.bwd_tflops_h100 * scale), \
-        f"{kernel.name}: {kernel.source}, x the device's matmul ceiling / H100's ({bf16_source})"
+    seq = spec.training.seq_length / spec.parallelism.cp  # the queries each kernel call holds (a ring step under CP)
+    fwd, bwd = kernel.tflops_h100(seq)
+    return (fwd * scale, bwd * scale), \
+        f"{kernel.name} at {seq:g} tokens a call: {kernel.source}, x the device's matmul ceiling / H100's ({bf16_source})"
 
 
 def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
