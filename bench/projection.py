@@ -61,6 +61,9 @@ MLPERF_SCORED = "mlperf_rows_v51.json"  # MLPerf Training v5.1's llama31_8b and 
 # held out: v5.0's llama2_70b_lora and llama31_405b submissions, committed alone (a9159d6, its sha256 in the message)
 # before this code read them
 MLPERF_HELD_OUT = "mlperf_rows_v50.json"
+# held out: v4.1's and v4.0's llama2_70b_lora and gpt3 submissions, committed alone (897bcd5, their sha256 in the
+# message) before this code read them, after the attention-per-call change (feae29f)
+MLPERF_HELD_OUT_V4 = ("mlperf_rows_v41.json", "mlperf_rows_v40.json")
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -216,6 +219,7 @@ def main() -> None:
         held += rows
     print(f"held_out_3_4_median_abs_error={scored_set('held out, bench/held_out_3.py and 4', held, quiet=True):.3f}")
     mlperf_sets(kept, MLPERF_HELD_OUT, "held_out", "held out, MLPerf v5.0")
+    mlperf_sets(kept, MLPERF_HELD_OUT_V4, "held_out_v4", "held out, MLPerf v4.1 and v4.0")
     if args.write_record:
         write_record(kept)
 
@@ -229,10 +233,13 @@ def main() -> None:
     print(f"projection_median_abs_error={family_median(scored + mlperf):.3f}")
 
 
-def mlperf_sets(kept: list, name: str, prefix: str, label: str) -> list[tuple[str, float]]:
-    """A rows file's MLPerf rows: each expressed or listed with why not, scored, then by vendor (``<prefix>_amd``,
+def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list[tuple[str, float]]:
+    """Rows files' MLPerf rows: each expressed or listed with why not, scored, then by vendor (``<prefix>_amd``,
     ``<prefix>_nvidia``, then ``<prefix>_median_abs_error``); their (family, error)."""
-    rows, not_expressed = load(name)
+    rows, not_expressed = [], []
+    for name in (names,) if isinstance(names, str) else names:
+        expressed, listed = load(name)
+        rows, not_expressed = rows + expressed, not_expressed + listed
     for name, why in not_expressed:
         print(f"{name}: not expressed: {why}")
     these: list = []
