@@ -248,8 +248,8 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
     print(f"{label}: {len(rows)} rows expressed, {len(not_expressed)} not")
     for vendor in ("amd", "nvidia"):
         chosen = [(r["family"], error) for r, error in these if r["vendor"] == vendor]
-        print(f"{prefix}_{vendor}_median_abs_error={family_median(chosen):.3f} ({len(chosen)} rows, "
-              f"{len({f for f, _ in chosen})} families)")
+        figure = f"{family_median(chosen):.3f}" if chosen else "none"  # none: the rounds hold no such submission
+        print(f"{prefix}_{vendor}_median_abs_error={figure} ({len(chosen)} rows, {len({f for f, _ in chosen})} families)")
     print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
     return errors
