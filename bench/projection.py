@@ -16,7 +16,10 @@ rounds of 12 steps (10 measured), each run's fastest round against the spec's: `
 --verify``.
 
 Prints one line per row (predicted, published or measured, error = predicted / reference - 1),
-``held_out_median_abs_error=<x>`` over the held-out families, ``cpu_median_abs_error=<x>`` over the CPU configs
+``mlperf_{amd,nvidia,}_median_abs_error=<x>`` over MLPerf v5.1's LLM submissions (the development rows),
+``held_out_{amd,nvidia,}_median_abs_error=<x>`` over v5.0's (held out, scored once at 8ab792b),
+``held_out_v4_{amd,nvidia,}_median_abs_error=<x>`` over v4.1's and v4.0's (held out, scored once at 6480e6d),
+``cpu_median_abs_error=<x>`` over the CPU configs
 (measured slice against the full run), ``cpu_held_out_median_abs_error=<x>`` over the second CPU set (scored three
 times while the method changed: a development set, the name kept as an interface), and last
 ``projection_median_abs_error=<x>`` over the scored families (the roofline).
