@@ -30,8 +30,9 @@ be checked:
 - 1F1B pipelines keep up to pp micro batches in flight on the first stage, GPipe all of them.
 - A fixed runtime overhead (CUDA/HIP context, library workspaces): 1.5 GiB on GPUs, 0.5 GiB on CPU.
 - LoRA (training.peft=lora): the base's weights as the framework keeps them plus the adapters; gradients and
-  optimizer state for the adapters alone. Activations as for full training: an upper bound (a frozen linear's
-  backward needs its weight, not its input, so fewer tensors are saved; ``dry_run=deep`` traces them).
+  optimizer state for the adapters alone. Megatron-core's activations lose the inputs of its frozen GEMMs
+  (``gemm_inputs``: Transformer Engine's own rule); the other stacks' are counted as for full training, an upper
+  bound (``dry_run=deep`` traces them).
 """
 
 from __future__ import annotations
@@ -131,13 +132,13 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
     The loss: 4 B per token per (hidden + vocab), sharded over tp, on the last stage (theoretical_memory_usage.py)."""
     d, par, tr = dims(model_as_built(spec)), spec.parallelism, spec.training
     half = 4 if tr.precision == "fp32" else 2
-    gemm_in = 1 if tr.precision == "fp8" else half
+    qkv_in, proj_in, fc1_in, fc2_in = gemm_inputs(spec, half)
     tokens = tr.micro_batch_size * tr.seq_length / par.cp
     seq_shard = par.tp if par.sequence_parallel else 1
     gated = spec.model.mlp == "swiglu"
-    replicated = 2 * d.hidden * half + 2 * d.hidden * gemm_in  # norm inputs; QKV and FC1 inputs
-    split = ((d.q_size + 2 * d.kv_size) * half + d.q_size * (half + (gemm_in if tr.precision == "fp8" else 0))
-             + d.ffn * (2 if gated else 1) * half + d.ffn * gemm_in)  # q/k/v, attention out, FC1 out, FC2 in
+    replicated = 2 * d.hidden * half + d.hidden * (qkv_in + fc1_in)  # norm inputs; QKV and FC1 inputs
+    split = ((d.q_size + 2 * d.kv_size) * half + d.q_size * (half + proj_in)
+             + d.ffn * (2 if gated else 1) * half + d.ffn * fc2_in)  # q/k/v, attention out, FC1 out, FC2 in
     per_layer = tokens * (replicated / seq_shard + split / par.tp)
     layers = d.layers / par.pp
     recomputed = layers if tr.activation_checkpointing == "full" else 0
@@ -147,6 +148,22 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
     rebuilt = per_layer if recomputed else 0.0
     first = per_micro * in_flight_micro_batches(spec, grad_accum_steps) + rebuilt
     return max(first, per_micro + rebuilt + loss) if par.pp > 1 else first + loss
+
+
+def gemm_inputs(spec: TprimatConf, half: int) -> tuple[float, float, float, float]:
+    """Bytes per element Megatron-core's QKV, output projection, FC1 and FC2 save of their input for the backward.
+    Trained: the GEMM's input in its dtype (1 B under fp8; the projection's fp8 copy beside flash attention's own
+    bf16 output, which is counted with the attention). LoRA (Transformer Engine's own rule: ``Linear`` saves its input
+    only if ``weight.requires_grad``, ``LayerNormLinear`` and ``LayerNormMLP`` free a frozen GEMM's input): a frozen
+    GEMM saves none; an adapted one's adapter saves the bf16 input (Megatron-Bridge's LoRA asks the fused norm for
+    its output, ``return_layernorm_output``), which for the projection is the attention output already counted."""
+    gemm_in = 1 if spec.training.precision == "fp8" else half
+    lora = lora_of(spec)
+    if lora is None:
+        return gemm_in, (gemm_in if spec.training.precision == "fp8" else 0), gemm_in, gemm_in
+    adapted = set(lora.targets)
+    return (half if "linear_qkv" in adapted else 0, 0, half if "linear_fc1" in adapted else 0,
+            half if "linear_fc2" in adapted else 0)
 
 
 def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Optional[int] = None) -> float:
