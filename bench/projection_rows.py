@@ -144,6 +144,10 @@ SCORED = [
         family="Megatron-Bridge B200 8B"),
     row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
         "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
+    # the one 405B row without a pipeline (so without Megatron's uneven split): FSDP 64 x TP 2 on two NVL72 racks
+    row("GB200 405B FP8 FSDP64 TP2 x128, Megatron-Bridge 25.09", "gb200", "nvidia", 128, 64, 1, "fp8",
+        [*MEGATRON_FSDP, *megatron_layout(tp=2)], 729, MB + " (25.09)", model=L405B,
+        placement=["platform.devices_per_node=64", "platform.nodes=2"]),
 ]
 
 NOT_EXPRESSIBLE = [
@@ -164,9 +168,9 @@ NOT_EXPRESSIBLE = [
     ("NeMo 24.07's later versions of the same table (vboost: 11883 / 1549; final: 12273 / 1524 for Llama 3 8B / 70B)",
      "versions of the rows above, counted once (the first)"),
     ("Megatron-Bridge Llama 3.1 405B rows of every section (e.g. H100 x1024 TP8 PP8 CP2 VP8: 302 in 25.09, 292 in "
-     "25.11, 311 / 326 in 26.02-26.06, 328 in 26.04.01; B200 x128: 664 / 661; GB200 / GB300 x256)", "126 layers over "
-     "pp=8 or 16 is Megatron's uneven split (embedding and loss counted as layers: 128 units); the spec splits layers "
-     "evenly"),
+     "25.11, 311 / 326 in 26.02-26.06, 328 in 26.04.01; B200 x128: 664 / 661; GB200 / GB300 x256; GB200 x128 at PP 8: "
+     "578), all but 25.09's GB200 x128 at PP 1 (scored above)", "126 layers over pp=8 or 16 is Megatron's uneven split "
+     "(embedding and loss counted as layers: 128 units); the spec splits layers evenly"),
     ("NeMo 24.07 GPT3-5B / 20B / 175B", "tprimat translates Llama-style decoders only for NeMo and Megatron-LM (the spec "
      "refuses GPT-2 blocks under framework=nemo)"),
     ("NeMo docs performance_long_sequence.md (Llama 2 7B on H100 with CP, 4k-1M tokens; Llama 3 8B on B200)",
