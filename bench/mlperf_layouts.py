@@ -50,6 +50,10 @@ rather than set by the config. ``vp`` as configured: null or 1 both mean no inte
 ``fp4`` where FP4 is on, else ``fp8`` where FP8 is on, else ``bf16`` where FP8 is off; where neither config nor
 yaml says, training code that hard-codes ``fp8="hybrid"`` counts as fp8. ``precision_from`` gives the flags and
 recipe, and llama2_70b_lora's NVFP4 "healing" switch (HEALING_ITER: the last steps run in HEALING_PRECISION).
+Recompute: ``recompute`` (full | selective | null), ``recompute_method`` (uniform | block) and
+``recompute_num_layers`` as NeMo's ``activations_checkpoint_*`` (ACG/ACM/ACL) or Megatron's ``recompute_*`` set them
+(AMD's MI300X LoRA configs: full, block, 21 of 80 layers). Rows files made before 2026-11-28 23:45 (the held-out
+v5.0, v4.1 and v4.0 files, committed alone) do not carry these fields.
 
 Throughput
 ----------
@@ -89,12 +93,15 @@ YAML_KEYS = {"tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_mod
              "cp": "model.context_parallel_size", "vp": "model.virtual_pipeline_model_parallel_size",
              "mbs": "model.micro_batch_size", "gbs": "model.global_batch_size", "nodes": "trainer.num_nodes",
              "gpus": "trainer.devices", "fp8": "model.fp8", "fp4": "model.fp4", "fp8_recipe": "model.fp8_recipe",
-             "fp4_recipe": "model.fp4_recipe", "seq": "model.encoder_seq_length"}
+             "fp4_recipe": "model.fp4_recipe", "seq": "model.encoder_seq_length",
+             "acg": "model.activations_checkpoint_granularity", "acm": "model.activations_checkpoint_method",
+             "acl": "model.activations_checkpoint_num_layers"}
 ALIASES = {"tp": ("TP", "TENSOR_MODEL_PARALLEL"), "pp": ("PP", "PIPELINE_MODEL_PARALLEL"),
            "cp": ("CP", "CONTEXT_PARALLEL"), "vp": ("VP", "INTERLEAVED_PIPELINE"), "mbs": ("MBS", "MICRO_BATCH_SIZE"),
            "gbs": ("GBS",), "nodes": ("DGXNNODES", "NNODES"), "gpus": ("DGXNGPU", "GPUS_PER_NODE"),
            "fp8": ("FP8",), "fp4": ("FP4",), "fp8_recipe": ("FP8_RECIPE",), "fp4_recipe": ("FP4_RECIPE",),
-           "seq": ("MAX_SEQLEN", "SEQ_LEN", "SEQ_LENGTH")}
+           "seq": ("MAX_SEQLEN", "SEQ_LEN", "SEQ_LENGTH"), "acg": ("ACG", "RECOMPUTE_GRANULARITY"),
+           "acm": ("ACM", "RECOMPUTE_METHOD"), "acl": ("ACL", "RECOMPUTE_NUM_LAYERS")}
 LOG_CHECKS = (("lr", ("LR", "MAX_LR"), ("opt_base_learning_rate",)),
               ("max_steps", ("MAX_STEPS",), ("opt_learning_rate_training_steps", "max_steps")),
               ("warmup_steps", ("WARMUP_STEPS",), ("opt_learning_rate_warmup_steps",)),
@@ -589,12 +596,14 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
                "accelerator": accel, "nodes": nodes, "devices_per_node": gpus, "framework": sysj.get("framework")}
         layout = dict.fromkeys(("tp", "pp", "cp", "vp", "micro_batch_size"))
         precision, defaults, layout_from, precision_from = None, [], None, None
+        recompute = dict.fromkeys(RECOMPUTE)
         if passed:
             fields = [{"tp": c["tp"], "pp": c["pp"], "cp": c["cp"], "vp": c["vp"], "micro_batch_size": c["mbs"],
-                       "precision": c["precision"]} for c in passed]
+                       "precision": c["precision"], **recompute_of(c)} for c in passed]
             agreed = all(f == fields[0] for f in fields)
             if len(passed) == 1 or agreed:
-                layout = {k: v for k, v in fields[0].items() if k != "precision"}
+                layout = {k: v for k, v in fields[0].items() if k != "precision" and k not in RECOMPUTE}
+                recompute = {k: fields[0][k] for k in RECOMPUTE}
                 precision, precision_from = fields[0]["precision"], passed[0]["precision_from"]
                 defaults = sorted(set().union(*(c["defaults"] for c in passed)))
                 defaults = ["micro_batch_size" if d == "mbs" else d for d in defaults if d != "gbs"]
@@ -610,7 +619,7 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
         seq = as_int(merged["hp"].get("max_sequence_length")) or BENCH_SEQ.get(bench)
         if seq is None and passed and len({c["seq"] for c in passed}) == 1:
             seq = passed[0]["seq"]
-        row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision)
+        row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision, **recompute)
         row["precision_from"] = precision_from
         row["config"] = passed[0]["path"] if len(passed) == 1 else None
         if len(passed) > 1:
@@ -646,6 +655,18 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
         row["source_commit"] = repo.commit
         rows.append(row)
     return rows
+
+
+RECOMPUTE = ("recompute", "recompute_method", "recompute_num_layers")
+
+
+def recompute_of(c: dict) -> dict:
+    """Activation recompute as the config sets it (NeMo's activations_checkpoint_* or Megatron's recompute_*, from
+    ACG/ACM/ACL or RECOMPUTE_*): granularity (full | selective | None: off), method (uniform | block), layers."""
+    granularity = c.get("acg") if c.get("acg") in ("full", "selective") else None
+    full = granularity == "full"
+    return {"recompute": granularity, "recompute_method": c.get("acm") if full else None,
+            "recompute_num_layers": as_int(c.get("acl")) if full else None}
 
 
 def main() -> None:

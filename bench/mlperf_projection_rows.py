@@ -60,16 +60,31 @@ def why_not(r: dict) -> str | None:
     return None
 
 
+def recompute_overrides(r: dict) -> list[str]:
+    """The config's activation recompute: full over every layer (uniform), full over the first N of each stage
+    (block), selective, or none (what the config and its yaml leave unset: Megatron-core's default; rows files made
+    before the field existed say nothing, and are taken so): stated, so that a methodology's tuned recompute never
+    leaks into a row."""
+    mode = r.get("recompute")
+    if mode is None:
+        return ["training.activation_checkpointing=none"]
+    block = r.get("recompute_method") == "block" and r.get("recompute_num_layers")
+    return [f"training.activation_checkpointing={mode}",
+            *([f"training.recompute_num_layers={r['recompute_num_layers']}"] if mode == "full" and block else [])]
+
+
 def family(r: dict) -> str:
     gpus = r["nodes"] * r["devices_per_node"]
     return (f"{r['round']} {r['benchmark']} {gpu_of(r['accelerator'])} x{gpus} tp{r['tp']} pp{r['pp']} cp{r['cp']} "
-            f"vp{r['vp'] or 1} mbs{r['micro_batch_size']} gbs{r['global_batch_size']} {r['precision']}")
+            f"vp{r['vp'] or 1} mbs{r['micro_batch_size']} gbs{r['global_batch_size']} {r['precision']}"
+            + "".join(f" {o.split('.')[-1]}" for o in recompute_overrides(r) if not o.endswith("=none")))
 
 
 def expressed(r: dict) -> dict:
     gpu = gpu_of(r["accelerator"])
     vp = [f"parallelism.vp={r['vp']}"] if (r.get("vp") or 1) > 1 else []
-    layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp]
+    layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp,
+              *recompute_overrides(r)]
     name = f"MLPerf {r['round']} {r['submitter']} {r['system']} {r['benchmark']}"
     made = row(name, gpu, "amd" if gpu.startswith("mi") else "nvidia", r["nodes"] * r["devices_per_node"],
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],

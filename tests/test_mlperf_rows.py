@@ -51,6 +51,10 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
         layers, hidden, peft = MODEL[source["benchmark"]]
         assert (spec.model.num_layers, spec.model.hidden_size, tr.peft) == (layers, hidden, peft), r
         assert r["published"] == source["tokens_per_s_per_device"], r
+        # recompute as the config sets it (files made before the field existed: none stated, none composed)
+        assert tr.activation_checkpointing == (source.get("recompute") or "none"), r
+        block = source.get("recompute_method") == "block"
+        assert tr.recompute_num_layers == (source["recompute_num_layers"] if block else None), r
 
 
 @pytest.mark.parametrize("name", SETS)

@@ -13,7 +13,9 @@ from tprimat.compare.load import Loaded
 from tprimat.compose import compose
 from tprimat.spec import flops
 from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.projection import Ceilings, Group, OpCost, Work, ceilings, link_gb_s, op_time_s, project
+from tprimat.spec.validate import validate
 
 TABLE = ["platform=nvidia", "platform.gpu=h100", "model=llama_tiny"]
 # 100 TFLOP/s, 1000 GB/s memory, 100 GB/s in a node, 10 GB/s per GPU across nodes: round numbers to check by hand
@@ -41,6 +43,18 @@ def test_selective_recompute_costs_the_recomputed_forward(framework, k, extra_pe
                    "training.activation_checkpointing=selective", f"training.ac_frequency={k}")
     p = project(spec, WORK, ROUND, dp=1, accum=2, peak_tflops=None)
     assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * 4 * (LAYER_S + extra_per_layer))
+
+
+@pytest.mark.parametrize("layers,rerun", [(None, 4), (4, 4), (1, 1), (3, 3)])
+def test_full_recompute_of_the_first_n_layers_reruns_their_forward_alone(layers, rerun):
+    """Megatron's block method (training.recompute_num_layers=N): the first N of llama_tiny's 4 layers rerun their
+    forward (0.023 s each) in the backward; null (uniform) and N = 4 rerun every one."""
+    spec = spec_of("platform.devices_per_node=1", "parallelism.fsdp=false", "training.global_batch_size=4",
+                   "training.micro_batch_size=2", "framework=megatron", "framework.path=.",
+                   "training.activation_checkpointing=full", f"training.recompute_num_layers={layers or 'null'}")
+    assert not [p for p in validate(spec, DetectedHardware("cpu", "test", 1, 0.0, None), dry_run=True) if "recompute" in p]
+    p = project(spec, WORK, ROUND, dp=1, accum=2, peak_tflops=None)
+    assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * (4 * LAYER_S + rerun * 0.023))
 
 
 def test_data_parallel_step_by_hand():

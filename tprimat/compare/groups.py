@@ -147,7 +147,8 @@ class Group:
 
     @property
     def recompute(self) -> str:
-        """``no recompute``, ``full recompute``, ``selective recompute 1/k`` (every k-th layer), or ``?``."""
+        """``no recompute``, ``full recompute``, ``full recompute of N layers`` (the first N of each stage),
+        ``selective recompute 1/k`` (every k-th layer), or ``?``."""
         tr = self.spec["training"]
         ac = tr.get("activation_checkpointing")
         if ac is None:
@@ -155,6 +156,8 @@ class Group:
         if ac == "selective":
             k = str(tr.get("ac_frequency"))
             return f"selective recompute {k if '/' in k else '1/' + k}"
+        if ac == "full" and tr.get("recompute_num_layers"):
+            return f"full recompute of {tr['recompute_num_layers']} layers"
         return "no recompute" if ac == "none" else f"{ac} recompute"
 
     @property

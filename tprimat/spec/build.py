@@ -150,6 +150,7 @@ IDENTITY_EXCLUDES = ("run_name", "dry_run", "resume_from", "logging", "benchmark
 # Keys added after results existed: at these defaults a spec is the one it was before they existed, and keeps its
 # identity (resume and compare's repeats match old results)
 LATER_DEFAULTS = {("parallelism", "vp"): 1, ("training", "grad_reduce_in_fp32"): True, ("training", "peft"): "none",
+                  ("training", "recompute_num_layers"): None,
                   ("framework", "pretrained_checkpoint"): None,
                   ("training", "lora"): {"rank": 16, "alpha": 32.0, "dropout": 0.1,
                                          "targets": ["linear_qkv", "linear_proj"]}}

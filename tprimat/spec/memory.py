@@ -141,7 +141,7 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
              + d.ffn * (2 if gated else 1) * half + d.ffn * fc2_in)  # q/k/v, attention out, FC1 out, FC2 in
     per_layer = tokens * (replicated / seq_shard + split / par.tp)
     layers = d.layers / par.pp
-    recomputed = layers if tr.activation_checkpointing == "full" else 0
+    recomputed = recomputed_layers(spec, layers) if tr.activation_checkpointing == "full" else 0
     layer_input = tokens * d.hidden * half / seq_shard
     per_micro = recomputed * layer_input + (layers - recomputed) * per_layer
     loss = tokens * 4 * (d.hidden + d.vocab) / par.tp
@@ -221,11 +221,12 @@ def weight_cache_bytes(spec: TprimatConf) -> int:
 
 
 def recomputed_layers(spec: TprimatConf, layers: float) -> float:
-    """Layers of the heaviest stage whose activations are recomputed: all (full), every k-th from the first
-    (selective, ``training.ac_frequency``), none."""
+    """Layers of the heaviest stage whose activations are recomputed: all (full), or the first N (full under
+    ``training.recompute_num_layers``, Megatron's block method), every k-th from the first (selective,
+    ``training.ac_frequency``), none."""
     mode = spec.training.activation_checkpointing
     if mode == "full":
-        return layers
+        return min(layers, spec.training.recompute_num_layers or layers)
     if mode == "selective":
         return math.ceil(layers / ac_period(spec.training.ac_frequency))
     return 0

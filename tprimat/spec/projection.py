@@ -236,8 +236,9 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
     (torchtitan's op SAC), or the core attention (Megatron-style frameworks)."""
     par, recompute = spec.parallelism, spec.training.activation_checkpointing
     forward = work.ops("layer", "fwd")
-    if recompute == "full":
-        return layer_f
+    if recompute == "full":  # per layer of the stage: the first N rerun (Megatron's block method), else all
+        n = spec.training.recompute_num_layers
+        return layer_f * min(1.0, n / math.ceil(spec.model.num_layers / par.pp)) if n else layer_f
     if recompute != "selective":
         return 0.0
     if spec.framework.name in ("native", "deepspeed"):
@@ -280,7 +281,8 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     if None in (tp_layer, cp_layer, gather, scatter, reduce, p2p):
         return None
     layers, compute_s = micro.layers, accum * micro.total_s
-    tp_collectives = (4 + (2 if tr.activation_checkpointing == "full" else 0)) * layers  # 2 forward, 2 backward
+    rerun = min(layers, tr.recompute_num_layers or layers) if tr.activation_checkpointing == "full" else 0
+    tp_collectives = 4 * layers + 2 * rerun  # 2 forward, 2 backward, and a recomputed layer's forward again
     # what data-parallel traffic hides behind: the compute, on a GPU (NCCL/RCCL on their own streams); nothing on a
     # CPU, where gloo's thread needs the cores the compute uses (measured: a 2-node CPU step is its compute plus the
     # whole all-reduce, 0.384 + 0.38 s against 0.790 s, docs/benchmarks.md)

@@ -202,6 +202,9 @@ class TrainingConf(Freezable):
     precision: str = "bf16"  # bf16 | fp32 | fp8
     activation_checkpointing: str = "none"  # none | full | selective
     ac_frequency: Any = 2  # selective: every k-th layer recomputed; an integer k or "1/k" (2 = every other layer)
+    # full, Megatron-core frameworks: the first N layers of each pipeline stage recomputed (Megatron's
+    # recompute_method=block, recompute_num_layers=N); null: every layer (uniform, one at a time)
+    recompute_num_layers: Optional[int] = None
     compile: bool = False
     # Megatron-core frameworks: accumulate and reduce gradients in fp32 (their default) or bf16 (false: Megatron-LM
     # --grad-reduce-in-bf16, NeMo / Megatron-Bridge grad_reduce_in_fp32=False, as NVIDIA's performance recipes run)

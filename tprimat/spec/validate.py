@@ -111,11 +111,29 @@ def check_options(spec: TprimatConf) -> list[str]:
     if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
         problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
                         "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")
+    problems += check_recompute_layers(spec)
     preflight = spec.benchmark.preflight_file
     if preflight is not None and not os.path.isfile(preflight):
         problems.append(f"benchmark.preflight_file={preflight}: no such file (a tprimat preflight JSON; null: the "
                         "hardware table's ceilings)")
     return problems + incompatible(spec, derived_dp(spec)) + check_profile(spec)
+
+
+def check_recompute_layers(spec: TprimatConf) -> list[str]:
+    """training.recompute_num_layers: Megatron's block method, under full recompute, 1..the layers of a stage."""
+    n, tr = spec.training.recompute_num_layers, spec.training
+    if n is None:
+        return []
+    per_stage = spec.model.num_layers // max(1, spec.parallelism.pp)
+    if tr.activation_checkpointing != "full" or spec.framework.name not in (*MEGATRON_CORE, "megatron_deepspeed"):
+        return [f"training.recompute_num_layers={n}, training.activation_checkpointing={tr.activation_checkpointing}, "
+                f"framework.name={spec.framework.name}: recomputing the first N layers of each stage (Megatron's "
+                "block method) needs activation_checkpointing=full and a Megatron-core framework (megatron, nemo, "
+                "primus, megatron_deepspeed)"]
+    if not isinstance(n, int) or not 1 <= n <= per_stage:
+        return [f"training.recompute_num_layers={n}: must be an integer in 1..{per_stage} (the layers of a pipeline "
+                "stage), or null for every layer"]
+    return []
 
 
 def check_profile(spec: TprimatConf) -> list[str]:

@@ -10,11 +10,18 @@ from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
 
+def full_recompute(layers) -> dict:
+    """Megatron's full recompute: every layer, one at a time (uniform, 1), or the first ``layers`` of each pipeline
+    stage (block: training.recompute_num_layers)."""
+    return {"recompute_granularity": "full", "recompute_method": "block" if layers else "uniform",
+            "recompute_num_layers": layers or 1}
+
+
 def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
     """Every Megatron-LM argument the spec decides (argparse dest names); True = a flag, None = omitted."""
     m, tr, opt, par = spec.model, spec.training, spec.training.optimizer, spec.parallelism
     head_dim = head_dim_of(m)
-    recompute = {"full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+    recompute = {"full": full_recompute(tr.recompute_num_layers),
                  "selective": {"recompute_granularity": "selective"}}.get(tr.activation_checkpointing, {})
     return {
         "num_layers": m.num_layers, "hidden_size": m.hidden_size, "ffn_hidden_size": m.ffn_hidden_size,

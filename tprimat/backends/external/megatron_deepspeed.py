@@ -18,7 +18,7 @@ from tprimat.backends.base import RunOutcome, StepSink
 from tprimat.backends.ds.config import engine_config
 from tprimat.backends.external import indexed_dataset
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
-from tprimat.backends.external.megatron import as_cli
+from tprimat.backends.external.megatron import as_cli, full_recompute
 from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
@@ -30,7 +30,7 @@ DS_CONFIG = "deepspeed_config.json"
 def settings(spec: TprimatConf, plan: Plan, launch_dir: Path) -> dict:
     """Every Megatron-DeepSpeed argument the spec decides (argparse dest names); True = a flag, None = omitted."""
     m, tr, opt, par = spec.model, spec.training, spec.training.optimizer, spec.parallelism
-    recompute = {"full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1,
+    recompute = {"full": {**full_recompute(tr.recompute_num_layers),
                           "deepspeed_activation_checkpointing": True},
                  "selective": {"recompute_granularity": "selective"}}.get(tr.activation_checkpointing, {})
     return {

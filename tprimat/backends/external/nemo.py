@@ -18,6 +18,7 @@ from pathlib import Path
 from pprint import pformat
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
+from tprimat.backends.external.megatron import full_recompute
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
@@ -53,14 +54,15 @@ def values(spec: TprimatConf) -> dict:
             "cp": par.cp, "sequence_parallel": par.sequence_parallel, "precision": tr.precision, "seed": tr.seed,
             "vp": par.vp if par.vp > 1 else None, "megatron_fsdp": par.fsdp,
             "distributed_optimizer": par.zero_stage >= 1 or par.fsdp, "grad_reduce_in_fp32": tr.grad_reduce_in_fp32,
-            **recompute_of(tr.activation_checkpointing),
+            **recompute_of(tr.activation_checkpointing, tr.recompute_num_layers),
             "devices_per_node": spec.platform.devices_per_node, "nodes": spec.platform.nodes, "peft": tr.peft}
 
 
-def recompute_of(mode: str) -> dict:
-    """TransformerConfig's recompute fields for training.activation_checkpointing (as Megatron-LM's CLI sets them)."""
+def recompute_of(mode: str, layers=None) -> dict:
+    """TransformerConfig's recompute fields for training.activation_checkpointing and recompute_num_layers (as
+    Megatron-LM's CLI sets them)."""
     return {"none": {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None},
-            "full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+            "full": full_recompute(layers),
             "selective": {"recompute_granularity": "selective", "recompute_method": None,
                           "recompute_num_layers": None}}[mode]
 
