@@ -174,12 +174,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files in the order pytest-xdist hands them out (``--no-loadscope-reorder``): a module marked ``first``
-    (Slurm's nodes: mostly waiting on its daemons, about 5 minutes on one worker) first, the others most tests
-    first, as pytest-xdist's own reorder does. Handed out last, Slurm's file ran alone for its last 2 minutes while
-    the other worker had nothing left. ``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there
-    is none."""
-    hand_out_in_order(items)
+    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none. (pytest-xdist hands out
+    files most tests first; ordering them longest first measured 18 min 28 s and 19 min 01 s on 2026-11-28 against
+    17 min 25 s for its own order: left as it is.)"""
     import torch
 
     if torch.cuda.is_available():
@@ -188,13 +185,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def hand_out_in_order(items) -> None:
-    """``first`` modules, then the rest most tests first; a file's tests keep their own order (sorts are stable)."""
-    files: dict[str, list] = {}
-    for item in items:
-        files.setdefault(item.nodeid.split("::")[0], []).append(item)
-    first = {path for path, tests in files.items() if any(t.get_closest_marker("first") for t in tests)}
-    order = sorted(files, key=lambda path: (path not in first, -len(files[path])))
-    items[:] = [item for path in order for item in files[path]]

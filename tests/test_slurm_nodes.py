@@ -20,8 +20,7 @@ from tests.slurm_cluster import NodesCluster, install, netns_reason, wait_for
 from tprimat.results.result import read_result, validate_result
 from tprimat.results.steplog import read_steps
 
-# a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds); handed out first, as it mostly waits
-pytestmark = [pytest.mark.slow, pytest.mark.first]
+pytestmark = pytest.mark.slow  # a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds)
 
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=5", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",
