@@ -52,8 +52,9 @@ yaml says, training code that hard-codes ``fp8="hybrid"`` counts as fp8. ``preci
 recipe, and llama2_70b_lora's NVFP4 "healing" switch (HEALING_ITER: the last steps run in HEALING_PRECISION).
 Recompute: ``recompute`` (full | selective | null), ``recompute_method`` (uniform | block) and
 ``recompute_num_layers`` as NeMo's ``activations_checkpoint_*`` (ACG/ACM/ACL) or Megatron's ``recompute_*`` set them
-(AMD's MI300X LoRA configs: full, block, 21 of 80 layers). Rows files made before 2026-11-28 23:45 (the held-out
-v5.0, v4.1 and v4.0 files, committed alone) do not carry these fields.
+(AMD's MI300X LoRA configs: full, block, 21 of 80 layers). The held-out v5.0, v4.1 and v4.0 files were committed
+alone (a9159d6, 897bcd5) and scored once without these fields; re-extracted on 2026-11-29 with them (nothing else in
+them changed), their later figures are re-scores, not held-out ones.
 
 Throughput
 ----------
