@@ -1,10 +1,10 @@
 """``tprimat gate`` on real CPU runs (throughput judged at the suite's 15%, memory and loss at the defaults): golden
-values from two runs of two repeats, one before the rerun and one after; a rerun with two repeats passes; the same configuration on half this machine's cores (a real slowdown, not scaled steps,
-four repeats: two a side leave Welch's interval one degree of freedom, too wide on a loaded machine) fails naming
-throughput; one repeat a side never yields a significance verdict; a learning rate that diverges
-(as a user would hit it) ends the run ``failed`` and the gate fails naming the file; a golden workload with no
-current run, a missing memory figure and a mix of broken result files each fail with one line naming the cause;
-two workloads under one printed label stay two (keyed by spec identity) and are told apart in the label."""
+values from two runs of two repeats, one before the rerun and one after; a rerun with two repeats passes; the same
+configuration on half this machine's cores (a real slowdown, not scaled steps, two repeats) fails naming throughput;
+one repeat a side never yields a significance verdict; a learning rate that diverges (as a user would hit it) ends
+the run ``failed`` and the gate fails naming the file; a golden workload with no current run, a missing memory figure
+and a mix of broken result files each fail with one line naming the cause; two workloads under one printed label
+stay two (keyed by spec identity) and are told apart in the label."""
 
 import copy
 import json
