@@ -44,7 +44,7 @@ from typing import Optional
 from tprimat.spec import flops, keeps
 from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, lora_of, padded_vocab
+from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, padded_vocab
 
 GIB = 2**30
 VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan", "megatron_deepspeed")  # logits
@@ -226,7 +226,7 @@ def recomputed_layers(spec: TprimatConf, layers: float) -> float:
     ``training.ac_frequency``), none."""
     mode = spec.training.activation_checkpointing
     if mode == "full":
-        return min(layers, spec.training.recompute_num_layers or layers)
+        return full_recompute_layers(spec.training, layers)
     if mode == "selective":
         return math.ceil(layers / ac_period(spec.training.ac_frequency))
     return 0

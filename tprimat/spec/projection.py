@@ -36,7 +36,7 @@ from typing import Optional
 
 from tprimat.spec import flops, hardware, keeps, kernels
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, lora_of
+from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
 FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
@@ -237,8 +237,8 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
     par, recompute = spec.parallelism, spec.training.activation_checkpointing
     forward = work.ops("layer", "fwd")
     if recompute == "full":  # per layer of the stage: the first N rerun (Megatron's block method), else all
-        n = spec.training.recompute_num_layers
-        return layer_f * min(1.0, n / math.ceil(spec.model.num_layers / par.pp)) if n else layer_f
+        layers = math.ceil(spec.model.num_layers / par.pp)
+        return layer_f * full_recompute_layers(spec.training, layers) / layers
     if recompute != "selective":
         return 0.0
     if spec.framework.name in ("native", "deepspeed"):
@@ -281,7 +281,7 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     if None in (tp_layer, cp_layer, gather, scatter, reduce, p2p):
         return None
     layers, compute_s = micro.layers, accum * micro.total_s
-    rerun = min(layers, tr.recompute_num_layers or layers) if tr.activation_checkpointing == "full" else 0
+    rerun = full_recompute_layers(tr, layers) if tr.activation_checkpointing == "full" else 0
     tp_collectives = 4 * layers + 2 * rerun  # 2 forward, 2 backward, and a recomputed layer's forward again
     # what data-parallel traffic hides behind: the compute, on a GPU (NCCL/RCCL on their own streams); nothing on a
     # CPU, where gloo's thread needs the cores the compute uses (measured: a 2-node CPU step is its compute plus the

@@ -107,6 +107,12 @@ def padded_vocab(model: ModelConf) -> int:
     return -(-model.vocab_size // multiple) * multiple
 
 
+def full_recompute_layers(training, layers: float) -> float:
+    """The layers of a stage full recompute reruns: the first ``training.recompute_num_layers`` (Megatron's block
+    method), or every one."""
+    return min(layers, training.recompute_num_layers or layers)
+
+
 def lora_of(spec) -> Optional[LoraConf]:
     """The adapters a spec trains (training.peft=lora), or None when every weight is trained."""
     return spec.training.lora if spec.training.peft == "lora" else None
