@@ -78,8 +78,10 @@ class StepColumns:
                 self.gaps.add(name)
         for key in column.keys() | values.keys():
             mine = column.get(key)
-            if mine is None:
+            if mine is None:  # a key new at this step: the steps before lack it
                 mine = column[key] = [MISSING] * self.count
+                if self.count:
+                    self.gaps.add(name)
             given = values.get(key)
             mine.extend(given if given is not None else repeat(MISSING, count))
             if given is None or (MISSING in given if gapped is None else gapped):
