@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -139,12 +141,14 @@ def pytest_runtest_protocol(item, nextitem):
             open(folder / f"tprimat-tests-{uid}.lock", "a") as lock:
         exclusive = item.get_closest_marker("exclusive") is not None
         ALONE[0] = exclusive
+        asked = time.time()
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         if not exclusive:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         else:  # alone on the machine: every core
             use_threads(cores())
+        started, cpu = time.time(), cpu_s()
         try:
             yield
         finally:
@@ -152,6 +156,26 @@ def pytest_runtest_protocol(item, nextitem):
                 use_threads(cores_per_worker())
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+            timeline(item.nodeid, exclusive, asked, started, time.time(), cpu_s() - cpu)
+
+
+def cpu_s() -> float:
+    """CPU seconds of this worker and of the processes it started and waited for (``subprocess.run``'s)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                          resource.RUSAGE_CHILDREN)))
+
+
+def timeline(test: str, exclusive: bool, asked: float, started: float, ended: float, cpu: float) -> None:
+    """With TPRIMAT_TESTS_TIMELINE=FILE: one JSON line a test (its worker, when it asked for the lock, got it and
+    ended, epoch seconds; the CPU seconds it took, its children's included), appended: where a run's wall time goes
+    (``python -m tests.timeline FILE`` sums it up)."""
+    path = os.environ.get("TPRIMAT_TESTS_TIMELINE")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": test, "exclusive": exclusive,
+                                  "asked": asked, "started": started, "ended": ended, "cpu_s": cpu}) + "\n")
 
 
 MACHINE: list[str] = []  # what tests/machine.py set up, printed at the end of the run
@@ -173,12 +197,21 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
 
 
+# files whose tests mostly wait (Slurm's daemons, its node timeouts, jobs on network namespaces): handed out first, so
+# that their waiting overlaps the other worker's work. Handed out last (pytest-xdist's order: most tests first), the
+# Slurm file ran 325 s after every other file had ended on the other worker, which sat idle for 97 s of it
+# (``python -m tests.timeline``, 2026-11-29)
+WAITING_FIRST = ("test_slurm_nodes.py",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """``gpu`` tests need a CUDA/ROCm device: skipped, with the reason, where there is none. (pytest-xdist hands out
-    files most tests first; ordering them longest first measured 18 min 28 s and 19 min 01 s on 2026-11-28 against
-    17 min 25 s for its own order: left as it is.)"""
+    """Files in the order pytest-xdist hands them out (pyproject's ``--no-loadscope-reorder``): ``WAITING_FIRST``,
+    then most tests first, as pytest-xdist itself orders them. ``gpu`` tests need a CUDA/ROCm device: skipped, with
+    the reason, where there is none."""
     import torch
 
+    tests_in = collections.Counter(item.path.name for item in items)
+    items.sort(key=lambda item: (item.path.name not in WAITING_FIRST, -tests_in[item.path.name], item.path.name))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA/ROCm GPU (torch.cuda.is_available() is False)")

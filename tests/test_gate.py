@@ -20,9 +20,9 @@ import torch
 from tests.conftest import ROOT, run_inprocess, running_alone
 from tprimat.results.result import write_result
 
-# seven real training runs (the ``runs`` fixture) need the machine alone: the test that makes them is ``exclusive``; the
-# others read the stored results and run the gate on them, beside other tests, as does the run made beside busy
-# processes on purpose (another test beside it only adds to the contention it must report)
+# eight real training runs (the ``runs`` fixture) need the machine alone: the test that makes them is ``exclusive``; the
+# others read the stored results and run the gate on them, beside other tests; the run made beside a busy process on
+# purpose is exclusive too, so that its spinner is the only other work (and slows no other test)
 pytestmark = pytest.mark.slow
 
 # 14 measured steps a repeat: with 6 (8 steps) one slow second in a repeat moved a quiet rerun's median 11% (CI,
@@ -387,6 +387,7 @@ def test_check_refuses_each_broken_file_by_name_and_the_gate_and_compare_skip_it
     assert "Traceback" not in proc.stderr and proc.stderr.count("skipped ") == len(skipped), proc.stderr[-3000:]
 
 
+@pytest.mark.exclusive  # its spinner is the other work: beside another test too it took 35 s, not 12 s (2026-11-29)
 def test_a_run_beside_other_work_says_so_and_the_gate_names_it(runs, tmp_path):
     """The rerun's configuration trained beside a process that keeps a core busy: its result records
     the other processes' share of the machine's CPU time, compare flags it, and the gate's throughput failure names

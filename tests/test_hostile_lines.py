@@ -34,8 +34,10 @@ def plain_pass(text: str) -> float:
     return time.perf_counter() - start
 
 
+# not exclusive: the budget (100 plain passes and half a second) holds beside another test, whose contention slows the
+# plain pass too, while a quadratic pattern misses it by minutes; held alone it cost 35 s of the suite's wall time in
+# waits for the lock (2026-11-29)
 @pytest.mark.slow  # a time budget per megabyte line: the full run
-@pytest.mark.exclusive  # timed against a plain pass: nothing else on the cores
 @pytest.mark.parametrize("fmt", list(PARSERS))
 def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
     for name, line in SHAPES.items():
