@@ -252,8 +252,8 @@ def test_faults_between_nodes_end_bounded_named_with_their_steps_and_the_sweep_r
     (benchmark.collective_timeout_s=5), rank 0 names node2's rank as silent, and tprimat cancels the job srun still
     holds for the unreachable node: it ends within 5 + 3 + 10 s of the fault plus Slurm's cancel (bound 90 s beside
     the other worker). node2's slurmd stopped mid-run: its steps run on until slurmctld holds node2 lost
-    (SlurmdTimeout=30 in the test cluster, Slurm's default 300) and ends the job NODE_FAIL, not requeued; the result
-    names node2 as Slurm does (bound 30 + 60 s). Each keeps every step recorded before the fault, and once node2 is
+    (SlurmdTimeout=15 in the test cluster, Slurm's default 300) and ends the job NODE_FAIL, not requeued; the result
+    names node2 as Slurm does (bound 15 + 60 s). Each keeps every step recorded before the fault, and once node2 is
     back nothing of any job is left in any namespace; one sweep resuming from all three runs the point again (the
     same spec), to ok."""
     started = time.monotonic()
