@@ -325,9 +325,9 @@ def export_sources(name: str, repos: dict) -> Optional[list[Path]]:
     return None
 
 
-def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[dict]:
+def points(name: str, models, platforms, sources: Optional[list[Path]], extra: tuple = ()) -> list[dict]:
     """Every point's launch, as tprimat writes it (dry_run), with the plan's parameter count, or tprimat's refusal
-    before launch."""
+    before launch; ``extra``: overrides added to every point (``--set``)."""
     from tprimat.compose import compose
     from tprimat.execute.run import execute
     fw, out = FRAMEWORKS[name], []
@@ -342,7 +342,7 @@ def points(name: str, models, platforms, sources: Optional[list[Path]]) -> list[
                                      "training.peft=lora", "framework.pretrained_checkpoint=."))
             for model in models for gpu in platforms] if fw.lora else []
     for label, chosen in matrix + published + lora:
-        overrides = [*chosen, *fw.overrides, "dry_run=true", "logging.wandb.mode=disabled",
+        overrides = [*chosen, *fw.overrides, *extra, "dry_run=true", "logging.wandb.mode=disabled",
                      *([f"framework.path={sources[0]}"] if sources else [])]
         run_dir = Path(tempfile.mkdtemp(prefix=f"rehearse-{name}-"))
         result = execute(compose(overrides), run_dir, overrides).result
@@ -460,9 +460,9 @@ def report(name: str, todo: list[dict], log) -> dict:
             "rehearsed": clean > 0}
 
 
-def rehearse(name: str, models, platforms, sources: Optional[list[Path]], log) -> dict:
+def rehearse(name: str, models, platforms, sources: Optional[list[Path]], log, extra: tuple = ()) -> dict:
     python = python_of(name, log)
-    todo = points(name, models, platforms, sources)
+    todo = points(name, models, platforms, sources, extra)
     started = time.monotonic()
     for point in todo:
         if point["status"] == "dry_run":
@@ -482,6 +482,9 @@ def main(argv=None) -> int:
     parser.add_argument("--primus", type=Path, help="an AMD Primus git directory (with --megatron-lm: the "
                         "Megatron-LM commit Primus pins)")
     parser.add_argument("--torchtitan", type=Path, help=f"a torchtitan git directory (its {TORCHTITAN_TOML_TAG} TOMLs)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="overrides added to every point (training.activation_checkpointing=full "
+                             "training.recompute_num_layers=2: a setting the default matrix leaves at its default)")
     parser.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
     repos = {key: getattr(args, key) for key in REPOS}
@@ -494,7 +497,8 @@ def main(argv=None) -> int:
             print(f"{name}: not rehearsed: needs {needs(name)}", flush=True)
             continue
         platforms = [g for g in (args.platforms or fw.platforms) if g in fw.platforms]
-        done.append(rehearse(name, args.models, platforms, sources, lambda line: print(line, flush=True)))
+        done.append(rehearse(name, args.models, platforms, sources, lambda line: print(line, flush=True),
+                             tuple(args.set)))
     if args.out:
         args.out.write_text(json.dumps(done, indent=1) + "\n")
     equal, total = sum(d["equal"] for d in done), sum(d["set"] for d in done)
