@@ -41,12 +41,15 @@ def plain_pass(text: str) -> float:
 @pytest.mark.parametrize("fmt", list(PARSERS))
 def test_a_megabyte_line_costs_a_plain_pass_not_a_quadratic_one(fmt):
     for name, line in SHAPES.items():
-        budget = 100 * plain_pass(line) + 0.5
+        before = plain_pass(line)
         parser = PARSERS[fmt]()
         start = time.perf_counter()
         parser.feed(line)
         parser.feed_block(line + "\n")
         elapsed = time.perf_counter() - start
+        # the plain pass timed on both sides of the parse, the slower counted: contention around the parse moves the
+        # budget with it (beside nothing, the worst parse took 0.31 of its budget, 2026-11-29)
+        budget = 100 * max(before, plain_pass(line)) + 0.5
         assert elapsed < budget, f"{fmt}: {name}: {elapsed:.2f} s against a budget of {budget:.2f} s"
 
 
