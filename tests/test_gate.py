@@ -139,7 +139,9 @@ def rerun_between_fresh_goldens(root):
 def test_the_same_run_on_half_the_cores_fails_naming_throughput(runs):
     root, made = runs
     slower = made["half_cores"]["summary"]["step_time_s"]["median"] / made["golden"]["summary"]["step_time_s"]["median"]
-    assert slower > 1.25, slower  # the slowdown is real (measured, not made) and beyond the suite's tolerance
+    # the slowdown is real (measured, not made) and beyond the suite's tolerance: one thread against two measured
+    # 1.25x to 1.9x on this 2-core VM (1.248x once, on a clean clone on 2026-11-29)
+    assert slower > 1 + float(SUITE_TOLERANCE[1]), slower
     code, out, _ = gate(root / "half_cores", "--golden", root / "golden_values")
     assert code == 1 and failed(out) == ["FAILED throughput"], out
     assert "rule: hard bound: step time and tokens/s per device" in next(line for line in out if "throughput" in line)
