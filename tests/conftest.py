@@ -117,6 +117,7 @@ def pytest_configure(config):
         use_threads(cores_per_worker())
 
 
+TIMELINE = os.environ.get("TPRIMAT_TESTS_TIMELINE")  # a file for one line a test (``timeline``), or None
 ALONE = [False]  # whether the test running in this worker holds the machine alone (an ``exclusive`` test)
 
 
@@ -148,7 +149,7 @@ def pytest_runtest_protocol(item, nextitem):
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         else:  # alone on the machine: every core
             use_threads(cores())
-        started, cpu = time.time(), cpu_s()
+        started, cpu = time.time(), cpu_s() if TIMELINE else 0.0
         try:
             yield
         finally:
@@ -156,7 +157,8 @@ def pytest_runtest_protocol(item, nextitem):
                 use_threads(cores_per_worker())
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-            timeline(item.nodeid, exclusive, asked, started, time.time(), cpu_s() - cpu)
+            if TIMELINE:
+                timeline(item.nodeid, exclusive, asked, started, time.time(), cpu_s() - cpu)
 
 
 def cpu_s() -> float:
@@ -171,11 +173,9 @@ def timeline(test: str, exclusive: bool, asked: float, started: float, ended: fl
     """With TPRIMAT_TESTS_TIMELINE=FILE: one JSON line a test (its worker, when it asked for the lock, got it and
     ended, epoch seconds; the CPU seconds it took, its children's included), appended: where a run's wall time goes
     (``python -m tests.timeline FILE`` sums it up)."""
-    path = os.environ.get("TPRIMAT_TESTS_TIMELINE")
-    if path:
-        with open(path, "a") as out:
-            out.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": test, "exclusive": exclusive,
-                                  "asked": asked, "started": started, "ended": ended, "cpu_s": cpu}) + "\n")
+    with open(TIMELINE, "a") as out:
+        out.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER"), "test": test, "exclusive": exclusive,
+                              "asked": asked, "started": started, "ended": ended, "cpu_s": cpu}) + "\n")
 
 
 MACHINE: list[str] = []  # what tests/machine.py set up, printed at the end of the run

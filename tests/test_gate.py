@@ -97,17 +97,23 @@ def runs(tmp_path_factory):
     assert running_alone(), "the gate's golden and rerun runs are timed: made inside an exclusive test only"
     root = tmp_path_factory.mktemp("gate")
     # every run with its threads set: an earlier test of the session may have left torch on fewer
-    # the golden's four repeats are two runs of two, one before the rerun and one after it: a machine whose speed
-    # drifts within the minute (a shared VM: 1024^2 matmuls 0.37-0.57 s, 2026-11-29) moves both sides alike
-    made = {name: train(root / name, [*RUN, *extra], threads) for name, extra, threads in (
-        ("golden/a", TWO, CORES), ("rerun", TWO, CORES), ("golden/b", TWO, CORES),
+    made = golden_around_a_rerun(root)
+    made.update({name: train(root / name, [*RUN, *extra], threads) for name, extra, threads in (
         ("half_cores", TWO, max(1, CORES // 2)),
         ("golden_one", [], CORES), ("rerun_one", [], CORES), ("shorter", ["training.seq_length=64"], CORES),
-        ("diverged", ["training.optimizer.lr=1e4", "training.optimizer.grad_clip=0"], CORES))}
-    code, out, err = gate(root / "golden", "--write-golden", root / "golden_values")
-    assert code == 0 and "wrote golden values of 1 group" in out[0], out + [err]
+        ("diverged", ["training.optimizer.lr=1e4", "training.optimizer.grad_clip=0"], CORES))})
     made["golden"] = made["golden/a"]
     return root, made
+
+
+def golden_around_a_rerun(root) -> dict:
+    """Golden a, the rerun and golden b (two repeats each, every core) and the golden values written from a and b:
+    the golden's four repeats are two runs, one before the rerun and one after it, so that a machine whose speed
+    drifts within the minute (a shared VM: 1024^2 matmuls 0.37-0.57 s, 2026-11-29) moves both sides alike."""
+    made = {name: train(root / name, [*RUN, *TWO], CORES) for name in ("golden/a", "rerun", "golden/b")}
+    code, out, err = gate(root / "golden", "--write-golden", root / "golden_values")
+    assert code == 0 and "wrote golden values of 1 group" in out[0], out + [err]
+    return made
 
 
 @pytest.mark.exclusive
@@ -127,10 +133,7 @@ def test_a_rerun_with_two_repeats_a_side_passes_within_the_suites_tolerance(runs
 def rerun_between_fresh_goldens(root):
     """Golden a, the rerun and golden b made again (two repeats each) and the rerun judged: (exit code, lines)."""
     assert running_alone(), "timed: inside an exclusive test only"
-    for name in ("golden/a", "rerun", "golden/b"):
-        train(root / name, [*RUN, *TWO], CORES)
-    code, out, err = gate(root / "golden", "--write-golden", root / "golden_values")
-    assert code == 0, out + [err]
+    golden_around_a_rerun(root)
     code, out, _ = gate(root / "rerun", "--golden", root / "golden_values")
     return code, out
 
