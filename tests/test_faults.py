@@ -29,14 +29,15 @@ def start(run_dir: Path, overrides: list[str]) -> subprocess.Popen:
 
 
 def ranks_of(proc: subprocess.Popen) -> list[psutil.Process]:
-    return [p for p in psutil.Process(proc.pid).children() if "tprimat.execute.worker" in command_of(p)]
+    """The launcher's ranks: its descendants (forked from its forkserver) named tprimat-rankN, as ps shows them."""
+    return [p for p in psutil.Process(proc.pid).children(recursive=True) if name_of(p).startswith("tprimat-rank")]
 
 
-def command_of(process: psutil.Process) -> str:
-    """A child's command line; empty for one that ended meanwhile (a zombie not yet reaped has none to read:
-    the launcher's short-lived helpers end while the test looks for the ranks)."""
+def name_of(process: psutil.Process) -> str:
+    """A descendant's name; empty for one that ended meanwhile (the launcher's short-lived helpers end while the
+    test looks for the ranks)."""
     try:
-        return " ".join(process.cmdline())
+        return process.name()
     except (psutil.ZombieProcess, psutil.NoSuchProcess):
         return ""
 
@@ -55,8 +56,8 @@ def measured_steps(run_dir: Path) -> int:
     return len(read_steps(run_dir)[1])
 
 
-def rank_env_rank(process: psutil.Process) -> int:
-    return int(process.environ()["RANK"])
+def rank_named(process: psutil.Process) -> int:
+    return int(name_of(process).removeprefix("tprimat-rank"))
 
 
 @pytest.mark.slow
@@ -88,7 +89,7 @@ def test_a_dead_rank_is_named_and_stops_the_others_within_seconds(tmp_path, when
         ranks = wait_for(lambda: len(ranks_of(proc)) == 2 and ranks_of(proc), 60, "two ranks")
         if when == "after some steps":
             wait_for(lambda: measured_steps(tmp_path) >= 3, 120, "three measured steps")
-        victim = next(p for p in ranks if rank_env_rank(p) == 1)
+        victim = next(p for p in ranks if rank_named(p) == 1)
         killed_at = time.monotonic()
         victim.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)

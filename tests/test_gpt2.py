@@ -141,20 +141,19 @@ def test_the_gpt2_activation_estimate_matches_the_traced_layout(layout):
 TIED_LAYOUTS = {"ddp": ["parallelism.tp=1"], "tp": ["parallelism.tp=2"], "fsdp": ["parallelism.fsdp=true"]}
 
 
-def launch_gpt2_tiny(tmp_path, *layout):
-    """``python launch.py`` of GPT-2 tiny, 5 steps on this CPU; its result."""
-    from tests.conftest import run_launch
-
-    proc = run_launch(tmp_path, "model=gpt2_tiny", "platform=cpu", "training.max_steps=5", "benchmark.warmup_steps=1",
-                      "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled", *layout)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+def train_gpt2_tiny(tmp_path, *layout):
+    """GPT-2 tiny, 5 steps on this CPU, run as launch.py runs it (in this process; ranks forked from its
+    forkserver); its result as written."""
+    out = run_inprocess(tmp_path, ["model=gpt2_tiny", "platform=cpu", "training.max_steps=5", "benchmark.warmup_steps=1",
+                                   "training.optimizer.warmup_steps=1", "logging.wandb.mode=disabled", *layout])
+    assert out.status == "ok", out.result["error"]
     return read_result(tmp_path / "result.json")
 
 
 @pytest.fixture(scope="module")
 def tied_layouts(tmp_path_factory):
     """GPT-2 tiny under DDP, TP and FSDP2 on two ranks, fp32 (read by the strategy and the tie tests)."""
-    return {name: launch_gpt2_tiny(tmp_path_factory.mktemp(name), "platform.devices_per_node=2",
+    return {name: train_gpt2_tiny(tmp_path_factory.mktemp(name), "platform.devices_per_node=2",
                                    "training.precision=fp32", *layout)
             for name, layout in TIED_LAYOUTS.items()}
 
@@ -167,7 +166,7 @@ def tied_layouts(tmp_path_factory):
 def test_gpt2_tiny_trains_under_every_strategy_and_framework_that_builds_it(tmp_path, request, layout):
     """ddp, fsdp and tp: the tie test's fp32 runs (``tied_layouts``); the others launched here."""
     name = request.node.callspec.id
-    result = request.getfixturevalue("tied_layouts")[name] if layout is None else launch_gpt2_tiny(tmp_path, *layout)
+    result = request.getfixturevalue("tied_layouts")[name] if layout is None else train_gpt2_tiny(tmp_path, *layout)
     steps = result["steps"]
     assert steps[-1]["loss"] < steps[0]["loss"]
 

@@ -1,5 +1,7 @@
 """Parallel training for real with 2 CPU ranks over gloo (4 for FSDP x TP): every strategy exits 0, its result
-validates, losses are finite and fall, ranks agree, and in fp32 the losses equal a single process's.
+validates, losses are finite and fall, ranks agree, and in fp32 the losses equal a single process's. The strategies
+run as launch.py runs them, in this process (their ranks forked from its forkserver); the mixed-precision layout runs
+through ``python launch.py`` itself, as a user starts it.
 
 Stated tolerance: relative 1e-5 on the loss and 1e-4 on the gradient norm for the first steps (fp32
 reductions run in a different order across ranks).
@@ -45,8 +47,10 @@ def launched(tmp_path, overrides):
 
 
 @pytest.mark.parametrize("name", list(STRATEGIES))
-def test_strategy_matches_a_single_process(tmp_path, single, name):
-    result, proc = launched(tmp_path, [*FP32, *STRATEGIES[name]])
+def test_strategy_matches_a_single_process(tmp_path, single, name, capsys):
+    out = run_inprocess(tmp_path, [*FP32, *STRATEGIES[name]])
+    assert out.status == "ok", out.result["error"]
+    result = out.result
     losses = [s["loss"] for s in result["steps"]]
     assert losses == pytest.approx([s["loss"] for s in single["steps"]], rel=1e-5)
     assert [s["grad_norm"] for s in result["steps"]] == pytest.approx(
@@ -55,7 +59,7 @@ def test_strategy_matches_a_single_process(tmp_path, single, name):
     ranks = result["ranks"]
     assert ranks["world_size"] == result["plan"]["world_size"] == len(ranks["per_rank"])
     assert ranks["loss_max_abs_diff"] < 1e-6  # every rank reported the same global loss
-    assert "[rank 0]" in proc.stdout
+    assert "[rank 0]" in capsys.readouterr().out  # each rank's output, streamed with its prefix
     # Step time is the slowest rank's: each step's time is the maximum over ranks, so its median is at least every
     # rank's own median (it would not be if the result reported rank 0's times), and the spread is their ratio.
     medians = [r["step_time_s_median"] for r in ranks["per_rank"]]
@@ -66,9 +70,10 @@ def test_strategy_matches_a_single_process(tmp_path, single, name):
 
 def test_mixed_precision_fsdp_tp_sequence_parallel_with_recompute(tmp_path):
     # bf16 explicitly (the CPU's own best may be fp32); short sequences keep emulated bf16 matmul affordable
-    result, _ = launched(tmp_path, [*STEPS, "platform.devices_per_node=4", "parallelism.tp=2", "parallelism.fsdp=true",
-                                    "parallelism.sequence_parallel=true", "training.activation_checkpointing=full",
-                                    "training.precision=bf16", "training.seq_length=64"])
+    result, proc = launched(tmp_path, [*STEPS, "platform.devices_per_node=4", "parallelism.tp=2", "parallelism.fsdp=true",
+                                       "parallelism.sequence_parallel=true", "training.activation_checkpointing=full",
+                                       "training.precision=bf16", "training.seq_length=64"])
+    assert "[rank 0]" in proc.stdout
     losses = [s["loss"] for s in result["steps"]]
     assert all(loss == loss for loss in losses) and losses[-1] < losses[0]
     assert result["plan"]["dp"] == 2 and result["plan"]["tp"] == 2

@@ -1,10 +1,16 @@
 """tprimat's local launcher: one process per rank on this node (torchrun-style), output streamed with rank
 prefixes, rank 0 hands back the records.
 
-Supervision: every rank gets the kernel's parent-death signal (SIGKILL), so a killed launcher never leaves
-ranks running; a thread per rank waits on it, so the first rank to fail is known exactly and named, and the
-others are stopped (SIGTERM, then SIGKILL after a grace period) within seconds of it. A signal to the launcher
-(``tprimat.execute.signals``) stops the ranks the same way on its way out.
+The ranks are forked from the process's forkserver (``tprimat.backends.native.forkserver``: torch, torch._dynamo and
+the native backend imported once), not started as fresh interpreters that import them each; each rank gets the
+environment it would have been started with (this process's, as it is now, and its rank's variables), its output
+on a pipe of its own, and the name ``tprimat-rankN`` (what ps and top show).
+
+Supervision: a rank watches a pipe from this launcher and kills itself when the launcher is gone, however it
+went (a SIGKILL included), so a killed launcher never leaves ranks running; a thread per rank waits on it, so
+the first rank to fail is known exactly and named, and the others are stopped (SIGTERM, then SIGKILL after a
+grace period) within seconds of it. A signal to the launcher (``tprimat.execute.signals``) stops the ranks the
+same way on its way out.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import logging
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,13 +31,15 @@ from typing import Optional
 import psutil
 
 from tprimat.backends.base import RunOutcome
+from tprimat.backends.native.forkserver import forkserver
 from tprimat.execute.distributed import RankedRun
 from tprimat.results.records import StepRecord
 
 log = logging.getLogger("tprimat")
 RECORDS = "records.json"
 GRACE_S = 5.0  # SIGTERM to SIGKILL for ranks that outlive the run
-PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+RANK_NAME = "tprimat-rank{rank}"
 
 
 class RankFailed(RuntimeError):
@@ -55,40 +62,67 @@ def _rank_env(rank: int, nprocs: int, work: Path) -> dict:
     return env
 
 
-def die_with_parent(parent_pid: int):
-    """A ``preexec_fn``: the child gets SIGKILL when the launcher dies, however it dies (Linux prctl). The
-    function is looked up here, in the parent: the forked child only calls it."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+def _die_with_launcher(launcher) -> None:
+    """A rank's thread: the launcher holds the other end of this pipe until the rank ends; its end (the launcher
+    gone, however it died) kills the rank."""
+    try:
+        launcher.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
 
-    def arm() -> None:
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent_pid:  # the launcher died before the signal was armed
-                os._exit(1)
 
-    return arm
+def rank_main(launch: str, env: dict, output, launcher, rank: int) -> None:
+    """In the forked process: the rank's output to its pipe, its environment, name and threads, then the worker
+    (``tprimat.execute.worker``), which ends the process."""
+    for fd in (1, 2):
+        os.dup2(output.fileno(), fd)
+    output.close()
+    sys.stdout.reconfigure(line_buffering=True)
+    os.environ.clear()
+    os.environ.update(env)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_NAME, RANK_NAME.format(rank=rank).encode(), 0, 0, 0)
+    threading.Thread(target=_die_with_launcher, args=(launcher,), daemon=True).start()
+    import torch
+
+    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    from tprimat.execute.worker import run
+
+    run(launch)
 
 
 class Ranks:
     """The running ranks: their processes, output tails, and exits in the order they happened."""
 
     def __init__(self, launch: Path, work: Path, nprocs: int) -> None:
-        self.exits: queue.Queue = queue.Queue()  # (rank, returncode), in the order the ranks exited
-        self.procs, self.tails, self.threads = [], [], []
-        arm = die_with_parent(os.getpid())
-        for rank in range(nprocs):  # every rank forked before any thread of ours starts
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "tprimat.execute.worker", str(launch)],
-                                               env=_rank_env(rank, nprocs, work), stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True, preexec_fn=arm))
-        for rank, proc in enumerate(self.procs):
+        self.exits: queue.Queue = queue.Queue()  # (rank, exit code), in the order the ranks exited
+        self.procs, self.tails, self.threads, self.ended, self.lifelines = [], [], [], [], []
+        context = forkserver()
+        for rank in range(nprocs):
+            receive, output = context.Pipe(duplex=False)
+            watch, lifeline = context.Pipe(duplex=False)
+            proc = context.Process(target=rank_main, args=(str(launch), _rank_env(rank, nprocs, work), output, watch,
+                                                           rank), name=RANK_NAME.format(rank=rank), daemon=True)
+            proc.start()
+            output.close()
+            watch.close()
+            stream = os.fdopen(os.dup(receive.fileno()), "r", errors="replace")
+            receive.close()
+            self.procs.append(proc)
+            self.lifelines.append(lifeline)
+            self.ended.append(threading.Event())
             tail: deque = deque(maxlen=40)
             self.tails.append(tail)
-            self.threads.append(threading.Thread(target=_forward, args=(rank, proc.stdout, tail), daemon=True))
+            self.threads.append(threading.Thread(target=_forward, args=(rank, stream, tail), daemon=True))
             self.threads[-1].start()
-            threading.Thread(target=self._watch, args=(rank, proc), daemon=True).start()
+            threading.Thread(target=self._watch, args=(rank,), daemon=True).start()
 
-    def _watch(self, rank: int, proc: subprocess.Popen) -> None:
-        self.exits.put((rank, proc.wait()))
+    def _watch(self, rank: int) -> None:
+        """The only caller of the rank's join (a forked process's exit status is read once)."""
+        self.procs[rank].join()
+        self.ended[rank].set()
+        self.exits.put((rank, self.procs[rank].exitcode))
 
     def failure(self, rank: int, code: int) -> RankFailed:
         self.threads[rank].join(timeout=2)  # its last words
@@ -109,18 +143,24 @@ class Ranks:
         for thread in self.threads:
             thread.join(timeout=5)
 
+    def _signal(self, rank: int, signum: int) -> None:
+        if not self.ended[rank].is_set():
+            try:
+                os.kill(self.procs[rank].pid, signum)
+            except ProcessLookupError:  # ended between the check and the signal
+                pass
+
     def stop(self) -> None:
         """SIGTERM to every live rank, SIGKILL to any still alive after the grace period."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        for rank in range(len(self.procs)):
+            self._signal(rank, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for rank, ended in enumerate(self.ended):
+            if not ended.wait(timeout=max(0.1, deadline - time.monotonic())):
+                self._signal(rank, signal.SIGKILL)
+                ended.wait(timeout=GRACE_S)
+        for lifeline in self.lifelines:
+            lifeline.close()
 
 
 def spawn_local(spec: dict, run_dir: Path, nprocs: int, timeout_s: float | None = None,

@@ -1,4 +1,5 @@
-"""One rank of a run launched by tprimat.execute.spawn: ``python -m tprimat.execute.worker <launch.json>``."""
+"""One rank of a run launched by tprimat.execute.spawn (forked from the forkserver, ``run``), or from a shell:
+``python -m tprimat.execute.worker <launch.json>`` with the rank's environment set."""
 
 from __future__ import annotations
 
@@ -50,5 +51,10 @@ def main(launch_file: str) -> int:
     return 0
 
 
+def run(launch_file: str) -> None:
+    """The rank's work, then the process ends with its exit code (``exit_rank``)."""
+    exit_rank(main(launch_file))
+
+
 if __name__ == "__main__":
-    exit_rank(main(sys.argv[1]))
+    run(sys.argv[1])

@@ -5,25 +5,23 @@ sharded modules: the local shard of every parameter as TP, FSDP2 and the pipelin
 cannot build (a DTensor placement error, an uneven split) fails here with the framework's own reason.
 
 One role per process: a process group and its device meshes are process-wide state. The processes are forked
-from one forkserver that has imported torch and the native backend once (``ROLE_PRELOAD``), so a role costs its
-build, not a fresh interpreter's imports (about 2.5 s of CPU each); the forkserver never ran a step, so each
-child starts with no process group, mesh or thread pool. ``python -m tprimat.backends.native.deep SPEC_JSON
-RANK`` measures one role from a shell.
+from one forkserver that has imported torch and the native backend once (``tprimat.backends.native.forkserver``;
+the local launcher's ranks come from the same one), so a role costs its build, not a fresh interpreter's imports;
+the forkserver never ran a step, so each child starts with no process group, mesh or thread pool.
+``python -m tprimat.backends.native.deep SPEC_JSON RANK`` measures one role from a shell.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import sys
 import traceback
 from typing import Optional
 
+from tprimat.backends.native.forkserver import forkserver
+
 GIB = 2**30
-ROLE_PRELOAD = ["torch", "torch.distributed.tensor", "torch.testing._internal.distributed.fake_pg",
-                "torch._subclasses.fake_tensor", "torch.distributed._tools.mem_tracker",  # imports torch._dynamo
-                "tprimat.backends.native.train", "tprimat.backends.native.parallelize", "tprimat.spec.plan"]
 
 
 def role_ranks(pp: int, dp: int, tp: int) -> list[int]:
@@ -157,13 +155,6 @@ def deep_check(spec_dict: dict, pp: int, dp: int, tp: int, activations: bool = T
     return roles, None
 
 
-def role_context():
-    """The forkserver the roles are forked from (started on first use, kept for this process's later checks)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(ROLE_PRELOAD)
-    return context
-
-
 def answer(conn, function, args: tuple) -> None:
     """In the forked process: (True, ``function(*args)``) or (False, the exception's last traceback line)."""
     try:
@@ -180,7 +171,7 @@ def in_fresh_process(function, args: tuple, timeout_s: float, name: str = "tprim
     forkserver: (True, its answer) or (False, its failure in one line: the exception, no answer in time, or the
     exit code of a process that died before answering). The process inherits the forkserver's environment (as
     it was when the forkserver started) and writes to this process's terminal."""
-    context = role_context()
+    context = forkserver()
     receive, send = context.Pipe(duplex=False)
     proc = context.Process(target=answer, args=(send, function, args), name=name)
     answered = False
