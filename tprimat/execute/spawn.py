@@ -78,7 +78,8 @@ def rank_main(launch: str, env: dict, output, launcher, rank: int) -> None:
     for fd in (1, 2):
         os.dup2(output.fileno(), fd)
     output.close()
-    sys.stdout.reconfigure(line_buffering=True)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # line by line to the launcher, whatever the forkserver had
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     os.environ.clear()
     os.environ.update(env)
     if sys.platform.startswith("linux"):
