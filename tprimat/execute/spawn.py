@@ -99,7 +99,7 @@ class Ranks:
     def __init__(self, launch: Path, work: Path, nprocs: int) -> None:
         self.exits: queue.Queue = queue.Queue()  # (rank, exit code), in the order the ranks exited
         self.procs, self.tails, self.threads, self.ended, self.lifelines = [], [], [], [], []
-        context = forkserver()
+        context = forkserver("tprimat.execute.worker")
         for rank in range(nprocs):
             receive, output = context.Pipe(duplex=False)
             watch, lifeline = context.Pipe(duplex=False)

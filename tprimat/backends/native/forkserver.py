@@ -20,8 +20,9 @@ PRELOAD = ["torch", "torch._dynamo", "torch.distributed.tensor", "torch.testing.
            "tprimat.backends.native.train", "tprimat.backends.native.parallelize", "tprimat.spec.plan"]
 
 
-def forkserver():
-    """The forkserver context (started on first use, kept for this process's later children)."""
+def forkserver(*also: str):
+    """The forkserver context (started on first use, kept for this process's later children); ``also``: modules
+    its first user preloads besides ``PRELOAD`` (the local launcher its rank's entry point)."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
+    context.set_forkserver_preload([*PRELOAD, *also])
     return context
