@@ -113,3 +113,12 @@ def test_slurm_rendezvous_on_the_first_node(nodelist, host):
 
     env = slurm_rendezvous({"SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_ID": "123456"})
     assert env == {"MASTER_ADDR": host, "MASTER_PORT": str(20000 + 123456 % 20000)}
+
+
+@pytest.mark.parametrize("value, threads", [("4", 4), ("4,2", 4), (" 2 ", 2), ("0", None), ("", None), ("many", None)])
+def test_a_forked_rank_takes_its_threads_from_omp_num_threads_as_openmp_reads_it(value, threads):
+    """OpenMP reads OMP_NUM_THREADS as a count, or a list of counts per nesting level (the first is the outer
+    level's); a value that gives no count leaves torch's own."""
+    from tprimat.execute.spawn import threads_of
+
+    assert threads_of(value) == threads

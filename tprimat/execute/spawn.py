@@ -4,7 +4,10 @@ prefixes, rank 0 hands back the records.
 The ranks are forked from the process's forkserver (``tprimat.backends.native.forkserver``: torch, torch._dynamo and
 the native backend imported once), not started as fresh interpreters that import them each; each rank gets the
 environment it would have been started with (this process's, as it is now, and its rank's variables), its output
-on a pipe of its own, and the name ``tprimat-rankN`` (what ps and top show).
+on a pipe of its own, and the name ``tprimat-rankN`` (what ps and top show). What is read once, when torch is
+imported or the interpreter starts (TORCH_LOGS, TORCHDYNAMO_* and TORCHINDUCTOR_* settings, TMPDIR, the CPU
+affinity and limits), comes from the forkserver's start: within one ``python launch.py`` the launcher's own; in a
+process that runs many (a sweep in one process, a Python caller), its first run's.
 
 Supervision: a rank watches a pipe from this launcher and kills itself when the launcher is gone, however it
 went (a SIGKILL included), so a killed launcher never leaves ranks running; a thread per rank waits on it, so
@@ -87,10 +90,19 @@ def rank_main(launch: str, env: dict, output, launcher, rank: int) -> None:
     threading.Thread(target=_die_with_launcher, args=(launcher,), daemon=True).start()
     import torch
 
-    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    threads = threads_of(env["OMP_NUM_THREADS"])
+    if threads:
+        torch.set_num_threads(threads)
     from tprimat.execute.worker import run
 
     run(launch)
+
+
+def threads_of(omp_num_threads: str) -> int | None:
+    """Torch's threads from OMP_NUM_THREADS, which OpenMP also reads as a list per nesting level ("4,2"); None
+    where it gives no count (torch keeps its own)."""
+    first = omp_num_threads.split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
 
 
 class Ranks:
@@ -99,25 +111,39 @@ class Ranks:
     def __init__(self, launch: Path, work: Path, nprocs: int) -> None:
         self.exits: queue.Queue = queue.Queue()  # (rank, exit code), in the order the ranks exited
         self.procs, self.tails, self.threads, self.ended, self.lifelines = [], [], [], [], []
-        context = forkserver("tprimat.execute.worker")
-        for rank in range(nprocs):
-            receive, output = context.Pipe(duplex=False)
-            watch, lifeline = context.Pipe(duplex=False)
-            proc = context.Process(target=rank_main, args=(str(launch), _rank_env(rank, nprocs, work), output, watch,
-                                                           rank), name=RANK_NAME.format(rank=rank), daemon=True)
-            proc.start()
-            output.close()
-            watch.close()
-            stream = os.fdopen(os.dup(receive.fileno()), "r", errors="replace")
-            receive.close()
-            self.procs.append(proc)
-            self.lifelines.append(lifeline)
-            self.ended.append(threading.Event())
-            tail: deque = deque(maxlen=40)
-            self.tails.append(tail)
-            self.threads.append(threading.Thread(target=_forward, args=(rank, stream, tail), daemon=True))
-            self.threads[-1].start()
-            threading.Thread(target=self._watch, args=(rank,), daemon=True).start()
+        try:
+            context = forkserver("tprimat.execute.worker")
+            # every rank started before any watcher joins one: multiprocessing polls its children at each start,
+            # and an exit status read twice is lost
+            streams = [self._start(context, launch, work, rank, nprocs) for rank in range(nprocs)]
+            for rank, stream in enumerate(streams):
+                tail: deque = deque(maxlen=40)
+                self.tails.append(tail)
+                self.threads.append(threading.Thread(target=_forward, args=(rank, stream, tail), daemon=True))
+                self.threads[-1].start()
+                threading.Thread(target=self._watch, args=(rank,), daemon=True).start()
+        except BaseException:  # a signal or a failure while starting them: none of those started runs on
+            for proc in self.procs:
+                proc.kill()
+            for lifeline in self.lifelines:
+                lifeline.close()
+            raise
+
+    def _start(self, context, launch: Path, work: Path, rank: int, nprocs: int):
+        """Fork one rank; its output stream (read here)."""
+        receive, output = context.Pipe(duplex=False)
+        watch, lifeline = context.Pipe(duplex=False)
+        self.lifelines.append(lifeline)
+        proc = context.Process(target=rank_main, args=(str(launch), _rank_env(rank, nprocs, work), output, watch, rank),
+                               name=RANK_NAME.format(rank=rank))  # not daemonic: a rank may start processes of its own
+        proc.start()
+        self.procs.append(proc)
+        self.ended.append(threading.Event())
+        output.close()
+        watch.close()
+        stream = os.fdopen(os.dup(receive.fileno()), "r", errors="replace")
+        receive.close()
+        return stream
 
     def _watch(self, rank: int) -> None:
         """The only caller of the rank's join (a forked process's exit status is read once)."""
