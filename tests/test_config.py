@@ -92,6 +92,54 @@ def test_auto_platform_resolves_to_detected_hardware():
     assert spec.platform.name == detect().kind
 
 
+def test_without_a_gpus_device_nodes_detect_answers_as_torch_does_without_importing_it(monkeypatch):
+    """No NVIDIA, WSL, Jetson or ROCm device node on this Linux machine: ``detect()`` answers without importing torch
+    (a fresh interpreter, read back), and its answer is the one torch's own path gives here."""
+    import dataclasses
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    from tprimat.measure import devices
+
+    if not devices.no_gpu_here():
+        pytest.skip("a GPU's device node is here: detect() asks torch")
+    code = ("import dataclasses, json, sys; from tprimat.measure.devices import detect; "
+            "print(json.dumps([dataclasses.asdict(detect()), 'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=CONF.parent, capture_output=True, text=True, check=True)
+    answered, imported_torch = json.loads(out.stdout)
+    assert not imported_torch
+    monkeypatch.setattr(devices, "no_gpu_here", lambda: False)  # torch's own path, on the same machine
+    assert answered == pytest.approx(dataclasses.asdict(devices.detect()))
+    assert not torch.cuda.is_available()
+
+
+def test_the_same_overrides_compose_once_a_process_and_each_caller_gets_its_own_copy(monkeypatch):
+    """The second compose of the same overrides asks Hydra nothing and equals Hydra's own composition, resolved by
+    OmegaConf; a caller's edit never reaches the next caller; an override that reads the environment composes again."""
+    import uuid
+
+    from omegaconf import OmegaConf
+
+    import tprimat.compose as composing
+
+    asked = []
+    hydra = composing.hydra_compose
+    monkeypatch.setattr(composing, "hydra_compose", lambda overrides: asked.append(overrides) or hydra(overrides))
+    overrides = ["model=llama", "training.max_steps=7", f"logging.wandb.group={uuid.uuid4().hex}"]  # new here
+    first = compose(overrides)
+    first["training"]["max_steps"] = 1
+    second = compose(overrides)
+    expected = OmegaConf.to_container(hydra(overrides), resolve=True)
+    expected.pop("hydra", None)
+    assert len(asked) == 1 and second == expected and second["training"]["max_steps"] == 7
+    for name in ("first", "second"):
+        monkeypatch.setenv("TPRIMAT_TEST_GROUP", name)
+        assert compose(["logging.wandb.group=${oc.env:TPRIMAT_TEST_GROUP}"])["logging"]["wandb"]["group"] == name
+
+
 def test_spec_is_frozen():
     spec = build_spec(compose([]), detect())
     with pytest.raises(FrozenInstanceError):

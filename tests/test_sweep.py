@@ -70,9 +70,9 @@ QUICK_RUN = ["training.max_steps=3", "benchmark.warmup_steps=1", "training.optim
              "training.seq_length=64", "logging.wandb.mode=disabled"]
 
 
-def sweep(sweep_dir, *overrides, timeout=600):
+def sweep(sweep_dir, *overrides, timeout=600, python=()):
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, str(CONF.parent / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
+    return subprocess.run([sys.executable, *python, str(CONF.parent / "launch.py"), "-m", f"hydra.sweep.dir={sweep_dir}",
                            *overrides], cwd=sweep_dir.parent, capture_output=True, text=True, timeout=timeout)
 
 
@@ -130,11 +130,15 @@ def test_resume_skips_finished_points_and_reruns_failed_or_missing_ones(tmp_path
 
 @pytest.mark.slow
 def test_submitit_local_one_task_per_rank(tmp_path):
+    """Each point's two tasks train as two ranks; the sweep itself (plan, submit, collect) never imports torch, as
+    Python's own import profiler (-X importtime) of that process shows: its jobs train, it does not."""
     pytest.importorskip("submitit")
     proc = sweep(tmp_path / "s", "hydra/launcher=submitit_local",
                  "hydra.launcher.timeout_min=5", "platform=cpu", "platform.devices_per_node=2", *QUICK_RUN,
-                 "parallelism.fsdp=false,true", f"resume_from={tmp_path / 'none'}")
+                 "parallelism.fsdp=false,true", f"resume_from={tmp_path / 'none'}", python=("-X", "importtime"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = [line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "tprimat.launch" in imported and "torch" not in imported
     for point in ("0", "1"):
         result = result_of(tmp_path / "s" / point)
         assert result["status"] == "ok" and result["ranks"]["world_size"] == 2

@@ -16,8 +16,8 @@ import pytest
 import torch.distributed as dist
 
 from tests.slurm_cluster import free_port
-from tprimat.execute.distributed import RankEnv
-from tprimat.execute.watch import QUIET_BEATS, RanksLost, RankWatch, RendezvousFailed, meet, on_failure, slurm_placement
+from tprimat.execute.rank import RankEnv, slurm_placement
+from tprimat.execute.watch import QUIET_BEATS, RanksLost, RankWatch, RendezvousFailed, meet, on_failure
 from tprimat.results.steplog import STEPS_FILE
 from tprimat.sweep.jobs import StepWatch
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
@@ -90,8 +91,11 @@ def bool_key(key: str) -> bool:
 
 def register_configs() -> None:
     """Register the schema (conf/config.yaml names it first in its defaults list) and ``${tprimat.join:list}``,
-    which the presets use to sweep over a list key (``frameworks=[nemo,megatron]``)."""
-    ConfigStore.instance().store(name="tprimat_schema", node=TprimatConf)
+    which the presets use to sweep over a list key (``frameworks=[nemo,megatron]``); once a process (storing the
+    schema converts the whole dataclass tree into a config again, every time)."""
+    store = ConfigStore.instance()
+    if "tprimat_schema.yaml" not in store.repo:
+        store.store(name="tprimat_schema", node=TprimatConf)
     for name, resolver in RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
@@ -179,14 +183,29 @@ def hydra_compose(overrides: list[str]) -> DictConfig:
         return compose("config", overrides=list(overrides))
 
 
+COMPOSED: OrderedDict[tuple, dict] = OrderedDict()  # overrides -> their resolved config, the most recent last
+COMPOSED_KEPT = 256
+
+
 def compose(overrides: list[str] = ()) -> dict:
     """conf/config.yaml with ``overrides`` applied, resolved, as a plain dict; an interpolation that cannot resolve
-    is an ``OverrideError`` naming the override the user typed."""
+    is an ``OverrideError`` naming the override the user typed. Hydra composes the same overrides once a process (a
+    copy is returned each time): the config files and tprimat's resolvers do not change while it runs. Overrides that
+    interpolate (``${oc.env:...}``: the environment may change) compose every time."""
+    key = tuple(overrides)
+    if key in COMPOSED:
+        COMPOSED.move_to_end(key)
+        return copy.deepcopy(COMPOSED[key])
     cfg = hydra_compose(list(overrides))
     try:
-        return to_plain(cfg)
+        plain = to_plain(cfg)
     except OmegaConfBaseException as exc:
         raise OverrideError(unresolvable(exc, list(overrides))) from None
+    if not any("${" in o for o in key):
+        COMPOSED[key] = copy.deepcopy(plain)
+        if len(COMPOSED) > COMPOSED_KEPT:
+            COMPOSED.popitem(last=False)
+    return plain
 
 
 def unresolvable(exc: Exception, overrides: list[str]) -> str:

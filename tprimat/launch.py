@@ -26,7 +26,7 @@ from tprimat.compose import (
     unknown_preset,
 )
 from tprimat.execute.claim import DirectoryClaimed, claim
-from tprimat.execute.run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, execute, refuse_config
+from tprimat.execute.rank import EXIT_FAILED, EXIT_INVALID, EXIT_OK, rank_env
 from tprimat.spec.secrets import redact
 
 CLAIMS: list = []  # lock files of the directories this process claimed, held until it exits
@@ -50,8 +50,6 @@ class ClaimDirectory(Callback):
 
     @staticmethod
     def _claim(directory, key: str, overwrite: bool = False) -> None:
-        from tprimat.execute.distributed import rank_env
-
         env = rank_env()
         if env is not None and env.rank != 0:  # torchrun / srun: rank 0 holds the claim for the run
             return
@@ -71,6 +69,8 @@ class ClaimDirectory(Callback):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def task(cfg: DictConfig) -> int:
+    from tprimat.execute.run import execute, refuse_config  # torch: only where a run executes (not a Slurm sweep's)
+
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.logging.wandb.group is None:  # one W&B group per sweep
         cfg.logging.wandb.group = sweep_group(Path(str(hydra_cfg.sweep.dir)))
@@ -140,8 +140,6 @@ def sweep_group(sweep_dir: Path) -> str:
 
 
 def main() -> None:
-    from tprimat.execute.distributed import rank_env
-
     refuse_bad_overrides(sys.argv[1:])
     env = rank_env()
     if env is not None and env.rank != 0:  # under torchrun / srun: Hydra's config dump is written by rank 0 only

@@ -170,7 +170,7 @@ def collect(point: PointState, job) -> JobReturn:
     """The job's outcome; a job that was cancelled, timed out or died becomes a failed result, and its return the
     failed run's exit code: the sweep sums it up and exits 1 (``tprimat.launch.exit_after_sweep``) rather than Hydra
     re-raising the scheduler's exception as a traceback."""
-    from tprimat.execute.run import EXIT_FAILED
+    from tprimat.execute.rank import EXIT_FAILED
     from tprimat.sweep.jobs import rank0_return, record_job_failure, record_scheduler_end
 
     try:

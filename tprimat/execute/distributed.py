@@ -16,29 +16,11 @@ import torch
 import torch.distributed as dist
 
 from tprimat.backends.base import RunOutcome
+from tprimat.execute.rank import RankEnv
 from tprimat.execute.watch import RankWatch, meet, on_failure, tighten
 from tprimat.results.records import StepRecord
 
 INIT_TIMEOUT_S, COLLECTIVE_TIMEOUT_S = 300.0, 100.0  # benchmark.init_timeout_s, benchmark.collective_timeout_s
-
-
-@dataclass(frozen=True)
-class RankEnv:
-    rank: int
-    local_rank: int
-    world_size: int
-    source: str  # torchrun | slurm | tprimat
-
-
-def rank_env() -> Optional[RankEnv]:
-    """This process's rank when something already started one process per rank, else None."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        source = env.get("TPRIMAT_LAUNCHER", "torchrun")
-        return RankEnv(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), int(env["WORLD_SIZE"]), source)
-    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
-        return RankEnv(int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", 0)), int(env["SLURM_NTASKS"]), "slurm")
-    return None
 
 
 def first_host(nodelist: str) -> str:

@@ -28,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from tprimat.execute.distributed import rank_env
+from tprimat.execute.rank import rank_env
 from tprimat.measure.devices import detect
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

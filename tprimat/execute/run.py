@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 from tprimat.backends.base import RunOutcome
-from tprimat.execute.distributed import RankEnv, device_type, rank_env, rank_summary, run_on_this_rank
+from tprimat.execute.distributed import device_type, rank_summary, run_on_this_rank
 from tprimat.execute.prepare import Prepared, prepare
 from tprimat.execute.project import projection_of
+from tprimat.execute.rank import EXIT_FAILED, EXIT_INVALID, EXIT_OK, RankEnv, rank_env
 from tprimat.execute.signals import Interrupted, signals_raise
 from tprimat.execute.spawn import spawn_local
 from tprimat.logs.tprimat import spec_line, step_line
@@ -34,7 +35,6 @@ from tprimat.spec.schema import TprimatConf
 from tprimat.spec.secrets import redact
 
 log = logging.getLogger("tprimat")
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import subprocess
 import threading
 import time
 from datetime import timedelta
 from typing import Optional
 
 import torch.distributed as dist
+
+from tprimat.execute.rank import slurm_placement
 
 log = logging.getLogger("tprimat")
 
@@ -36,31 +37,6 @@ class RendezvousFailed(RuntimeError):
 
 class RanksLost(RuntimeError):
     """A collective failed on rank 0, and these ranks went silent."""
-
-
-def hostnames(nodelist: str) -> list[str]:
-    """A Slurm node list (``node[1-2],gpu07``) as its hosts, in order, expanded by Slurm's own ``scontrol show
-    hostnames``; [] where scontrol cannot be run."""
-    try:
-        return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                              timeout=30).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-
-
-def slurm_placement(environ=os.environ) -> list[str]:
-    """The node Slurm placed each rank of this step on (srun's block distribution: ``SLURM_STEP_TASKS_PER_NODE``
-    over the step's node list, expanded by Slurm's own ``scontrol show hostnames``); [] outside Slurm."""
-    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-    per_node = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    if not nodelist or not per_node:
-        return []
-    hosts = hostnames(nodelist)
-    counts = []
-    for part in per_node.split(","):  # "2(x3),1": two tasks on each of three nodes, then one
-        tasks, _, repeat = part.partition("(x")
-        counts += [int(tasks)] * int(repeat.rstrip(")") or 1)
-    return [host for host, n in zip(hosts, counts) for _ in range(n)]
 
 
 def named(ranks: list[int], hosts: dict[int, str]) -> str:

@@ -10,8 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from tprimat.execute.distributed import device_type, exit_rank, rank_env, run_on_this_rank
+from tprimat.execute.distributed import device_type, exit_rank, run_on_this_rank
 from tprimat.execute.prepare import prepare
+from tprimat.execute.rank import rank_env
 from tprimat.logs.tprimat import step_line
 from tprimat.measure.devices import detect
 from tprimat.results.result import atomic_write_json

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from tprimat.execute.watch import hostnames
+from tprimat.execute.rank import hostnames
 from tprimat.results.result import RESULT_FILE, SCHEDULER, read_result, with_scheduler_reason, write_result, write_unsuccessful
 from tprimat.results.steplog import STEPS_FILE, rebuild
 

@@ -1,31 +1,31 @@
-"""The native backend adapter: checks what it can run and drives NativeTrainer through the measured loop."""
+"""The native backend adapter: checks what it can run and drives NativeTrainer through the measured loop. torch is
+imported where a run starts, not here: a sweep that only plans and submits its points checks them without it."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Optional
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, Optional
 
 from tprimat.backends.base import Backend, RunOutcome, StepSink
-from tprimat.backends.common import measure_steps, pick_device, run_repeats, single_process_group
-from tprimat.backends.native.train import NativeTrainer
-from tprimat.measure import memory_profile
-from tprimat.measure.profile import StepProfiler
 from tprimat.spec.compat import CUDA_GRAPH_MODES, TE_RECIPES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 from tprimat.spec.validate import profiled_steps
+
+if TYPE_CHECKING:
+    import torch
+
+    from tprimat.measure.profile import StepProfiler
 
 
 class NativeBackend(Backend):
     name = "native"
 
     def version(self) -> str:
-        return f"torch {torch.__version__}"
+        return f"torch {importlib.metadata.version('torch')}"
 
     def describe(self, spec: TprimatConf, plan: Plan) -> str:
         device = "cpu" if spec.platform.name == "cpu" else f"{spec.platform.name} GPU ({spec.platform.gpu})"
@@ -78,6 +78,13 @@ class NativeBackend(Backend):
         return problems
 
     def run(self, spec: TprimatConf, plan: Plan, on_step: StepSink, run_dir=None) -> RunOutcome:
+        import torch
+        import torch.distributed as dist
+
+        from tprimat.backends.common import measure_steps, pick_device, run_repeats, single_process_group
+        from tprimat.backends.native.train import NativeTrainer
+        from tprimat.measure import memory_profile
+
         device = pick_device(spec)
         sections: dict = {}
 
@@ -130,7 +137,10 @@ def untracked_memory(spec: TprimatConf) -> Optional[str]:
 
 def out_of_memory(exc: torch.OutOfMemoryError, device: torch.device, run_dir) -> torch.OutOfMemoryError:
     """The error again, naming the allocator snapshot written beside the result (CUDA)."""
+    import torch
     import torch.distributed as dist
+
+    from tprimat.measure import memory_profile
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     out = Path(run_dir) / "profile" if run_dir is not None else None
@@ -142,6 +152,8 @@ def out_of_memory(exc: torch.OutOfMemoryError, device: torch.device, run_dir) ->
 def step_profiler(spec: TprimatConf, device: torch.device, run_dir) -> StepProfiler:
     """The PyTorch profiler over ``profile.steps`` of the first repeat, on this rank when it is listed."""
     import torch.distributed as dist
+
+    from tprimat.measure.profile import StepProfiler
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     out = Path(run_dir) / "profile" if run_dir is not None else None
