@@ -34,8 +34,21 @@ STEPS = ["training.max_steps=6", "benchmark.warmup_steps=1", "training.optimizer
 
 
 def launched(tmp_path, *overrides):
+    """``python launch.py`` as a user runs it (one process: the Trainer's)."""
     proc = run_launch(tmp_path, *STEPS, *overrides, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return checked(tmp_path)
+
+
+def ranked(tmp_path, *overrides):
+    """Two ranks as launch.py starts them, from this test's process: forked from its forkserver, which has imported
+    torch once for every such run of the worker (a fresh ``python launch.py`` pays that again, with its own)."""
+    out = run_inprocess(tmp_path, [*STEPS, *overrides, "platform.devices_per_node=2"])
+    assert out.status == "ok", out.result.get("error")
+    return checked(tmp_path)
+
+
+def checked(tmp_path):
     result = read_result(tmp_path / "result.json")
     assert validate_result(result) == [] and result["status"] == "ok"
     losses = [s["loss"] for s in result["steps"]]
@@ -75,7 +88,7 @@ def test_transformers_single_process(tmp_path):
 
 @pytest.fixture(scope="module")
 def trainer_ddp(tmp_path_factory):
-    return launched(tmp_path_factory.mktemp("trainer_ddp"), "framework=transformers", "platform.devices_per_node=2")
+    return ranked(tmp_path_factory.mktemp("trainer_ddp"), "framework=transformers")
 
 
 def test_transformers_data_parallel(trainer_ddp):
@@ -90,7 +103,7 @@ def test_transformers_shards_with_its_deepspeed_integration(tmp_path, trainer_dd
     """parallelism.zero_stage=3 under the Trainer: its own DeepSpeed integration (TrainingArguments(deepspeed=...)),
     the engine reading back stage 3 and the generated config, tprimat's AdamW and schedule inside it, and the
     same model, data and schedule as the Trainer's plain DDP run: the same losses up to bf16 rounding."""
-    result = launched(tmp_path, "framework=transformers", "parallelism.zero_stage=3", "platform.devices_per_node=2")
+    result = ranked(tmp_path, "framework=transformers", "parallelism.zero_stage=3")
     eff = result["framework"]["effective"]
     assert eff["distributed_type"] == "DistributedType.DEEPSPEED" and eff["zero_stage"] == 3
     assert eff["ds_config"]["zero_optimization"]["stage"] == 3 and eff["ds_config"]["train_batch_size"] == 8
@@ -101,7 +114,7 @@ def test_transformers_shards_with_its_deepspeed_integration(tmp_path, trainer_dd
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_zero(tmp_path, native, stage):
-    result = launched(tmp_path, "framework=deepspeed", f"parallelism.zero_stage={stage}", "platform.devices_per_node=2")
+    result = ranked(tmp_path, "framework=deepspeed", f"parallelism.zero_stage={stage}")
     eff = result["framework"]["effective"]
     assert eff["zero_stage"] == stage and result["ranks"]["loss_max_abs_diff"] < 1e-6
     config = eff["ds_config"]
