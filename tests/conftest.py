@@ -6,6 +6,7 @@ import collections
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,23 +179,38 @@ def timeline(test: str, exclusive: bool, asked: float, started: float, ended: fl
                               "asked": asked, "started": started, "ended": ended, "cpu_s": cpu}) + "\n")
 
 
-MACHINE: list[str] = []  # what tests/machine.py set up, printed at the end of the run
+MACHINE: list = []  # the set-up's process (tests/machine.py), in the run's first process: its lines end the run
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
-    """Once per test run, before any test (in pytest-xdist's controller, before its workers start): what the
-    suite needs beyond the README's first command (tests/machine.py)."""
+    """Once per test run (in pytest-xdist's controller, before its workers start): what the suite needs beyond the
+    README's first command (tests/machine.py), set up in a process of its own while the tests run; a test marked
+    ``machine`` waits for it."""
     if "PYTEST_XDIST_WORKER" in os.environ or os.environ.get("TPRIMAT_TESTS_NO_SETUP"):
         return
-    from tests.machine import prepare
+    from tests import machine
 
-    MACHINE.extend(prepare())
+    MACHINE.append(machine.start(Path(tempfile.mkdtemp(prefix="tprimat_machine_"))))
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("machine")
+    if marker is not None:
+        from tests import machine
+
+        machine.wait(*marker.args)
 
 
 def pytest_terminal_summary(terminalreporter):
-    for line in MACHINE:
+    if not MACHINE:
+        return
+    from tests import machine
+
+    MACHINE[0].wait()
+    for line in machine.wait():
         terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
+    shutil.rmtree(os.environ[machine.FOLDER_ENV], ignore_errors=True)
 
 
 # files whose tests mostly wait (Slurm's daemons, its node timeouts, jobs on network namespaces): handed out first, so

@@ -16,7 +16,8 @@ from tprimat.results.result import read_result, validate_result
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import cpu_precision
 
-pytestmark = pytest.mark.slow  # multi-process runs, Slurm, real frameworks
+pytestmark = [pytest.mark.slow,  # multi-process runs, real frameworks
+              pytest.mark.machine]  # DeepSpeed's CPU op, from the suite's set-up
 
 
 @pytest.fixture(autouse=True, scope="module")

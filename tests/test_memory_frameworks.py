@@ -229,6 +229,7 @@ def test_the_estimate_lands_within_15_percent_of_measured_corpus_runs():
 
 
 @pytest.mark.slow
+@pytest.mark.machine  # DeepSpeed's CPU op, from the suite's set-up
 @pytest.mark.parametrize("name", ["DeepSpeed ZeRO-3", "Transformers Trainer + DeepSpeed ZeRO-3"])
 def test_the_estimate_lands_within_15_percent_of_a_real_cpu_run(name):
     """DeepSpeed and the Trainer under its DeepSpeed integration, trained here through tprimat's launch path: the

@@ -5,23 +5,27 @@ runs appear once with their count, and a screenshot is written beside the report
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
 
 from tests.conftest import run_inprocess
+from tests.machine import chromium
 from tests.test_anchors import cli, mlperf_log
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [pytest.mark.slow,  # Chromium
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (the suite installs Debian's chromium "
-                                 "when it runs as root: tests/machine.py)")]
+pytestmark = [pytest.mark.slow, pytest.mark.machine("packages")]  # Chromium, from the suite's set-up
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
 
 
+@pytest.fixture(autouse=True)
+def chromium_here():
+    """Looked for once the set-up's packages step has ended (the ``machine`` marker), not when the file is read."""
+    if chromium() is None:
+        pytest.skip("no chromium here (the suite installs Debian's chromium when it runs as root: tests/machine.py)")
+
+
 def browse(url: str, *extra: str) -> str:
-    proc = subprocess.run([CHROMIUM, *FLAGS, *extra, url], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([chromium(), *FLAGS, *extra, url], capture_output=True, text=True, timeout=180)
     return proc.stdout
 
 

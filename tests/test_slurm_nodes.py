@@ -21,7 +21,8 @@ from tests.slurm_cluster import NodesCluster, install, netns_reason, wait_for
 from tprimat.results.result import read_result, validate_result
 from tprimat.results.steplog import read_steps
 
-pytestmark = pytest.mark.slow  # a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds)
+pytestmark = [pytest.mark.slow,  # a cluster of namespaces, ranks on two nodes (beside the other worker: loose bounds)
+              pytest.mark.machine("packages")]  # Debian's Slurm, from the suite's set-up
 
 pytest.importorskip("submitit")
 RUN = ["training.max_steps=5", "benchmark.warmup_steps=1", "training.optimizer.warmup_steps=1",

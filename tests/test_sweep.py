@@ -160,9 +160,11 @@ def test_runs_of_one_sweep_share_a_wandb_group_with_tags(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("srun") is None, reason="no srun here: submitit's Slurm executor needs Slurm's client "
-                    "(the suite installs Debian's Slurm when it runs as root: tests/machine.py)")
+@pytest.mark.machine("packages")  # Debian's Slurm, from the suite's set-up
 def test_slurm_keys_reach_the_sbatch_script(tmp_path):
+    if shutil.which("srun") is None:
+        pytest.skip("no srun here: submitit's Slurm executor needs Slurm's client (the suite installs Debian's Slurm "
+                    "when it runs as root: tests/machine.py)")
     pytest.importorskip("submitit")
     from tprimat.sweep.launch import make_executor
 
