@@ -136,6 +136,7 @@ def pytest_runtest_protocol(item, nextitem):
     if uid is None:
         yield
         return
+    wait_for_the_set_up(item)  # before the lock: a test waiting there would hold up an exclusive one, and every worker
     folder = Path(tempfile.gettempdir())
     # a turnstile before the lock: an exclusive test waiting for it stops new shared holders (Linux flock would
     # otherwise keep granting shared locks while an exclusive one waits, and the exclusive test could starve)
@@ -194,12 +195,19 @@ def pytest_sessionstart(session):
     MACHINE.append(machine.start(Path(tempfile.mkdtemp(prefix="tprimat_machine_"))))
 
 
-def pytest_runtest_setup(item):
+def wait_for_the_set_up(item) -> None:
+    """A test marked ``machine`` waits for the set-up's step it needs; an ``exclusive`` test for the whole set-up
+    (apt's unpacking and the op's compiler would run beside it, on the cores it times)."""
     marker = item.get_closest_marker("machine")
-    if marker is not None:
+    if marker is not None or item.get_closest_marker("exclusive") is not None:
         from tests import machine
 
-        machine.wait(*marker.args)
+        machine.wait(*(marker.args if marker is not None else ()))
+
+
+def pytest_runtest_setup(item):
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:  # one process: no lock, so no protocol hook's wait before it
+        wait_for_the_set_up(item)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -208,7 +216,11 @@ def pytest_terminal_summary(terminalreporter):
     from tests import machine
 
     MACHINE[0].wait()
-    for line in machine.wait():
+    try:
+        lines = machine.wait()
+    except RuntimeError as exc:  # the set-up was killed (out of memory, a signal): said, not an internal error
+        lines = [str(exc)]
+    for line in lines:
         terminalreporter.write_line(f"machine set-up (tests/machine.py): {line}")
     shutil.rmtree(os.environ[machine.FOLDER_ENV], ignore_errors=True)
 

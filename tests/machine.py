@@ -89,7 +89,8 @@ def start(folder: Path) -> subprocess.Popen:
     ``FOLDER_ENV`` names the folder to this process and those it starts (pytest-xdist's workers)."""
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, "-m", "tests.machine", str(folder)], cwd=root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # a Ctrl-C of the run stops the tests,
+    # not apt halfway through an install
     os.environ[FOLDER_ENV], os.environ[PID_ENV] = str(folder), str(proc.pid)
     return proc
 

@@ -92,10 +92,9 @@ def test_auto_platform_resolves_to_detected_hardware():
     assert spec.platform.name == detect().kind
 
 
-def test_without_a_gpus_device_nodes_detect_answers_as_torch_does_without_importing_it(monkeypatch):
-    """No NVIDIA, WSL, Jetson or ROCm device node on this Linux machine: ``detect()`` answers without importing torch
-    (a fresh interpreter, read back), and its answer is the one torch's own path gives here."""
-    import dataclasses
+def test_without_a_gpu_on_this_machine_detect_answers_as_torch_does_without_importing_it():
+    """No GPU device node, driver module or NVIDIA/AMD GPU on the PCI bus of this Linux machine: ``detect()`` answers
+    a CPU without importing torch (a fresh interpreter, read back), and torch itself sees no device here either."""
     import json
     import subprocess
     import sys
@@ -105,15 +104,12 @@ def test_without_a_gpus_device_nodes_detect_answers_as_torch_does_without_import
     from tprimat.measure import devices
 
     if not devices.no_gpu_here():
-        pytest.skip("a GPU's device node is here: detect() asks torch")
-    code = ("import dataclasses, json, sys; from tprimat.measure.devices import detect; "
-            "print(json.dumps([dataclasses.asdict(detect()), 'torch' in sys.modules]))")
+        pytest.skip("a GPU shows on this machine: detect() asks torch")
+    code = ("import json, sys; from tprimat.measure.devices import detect; d = detect(); "
+            "print(json.dumps([d.kind, d.device_count, 'torch' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=CONF.parent, capture_output=True, text=True, check=True)
-    answered, imported_torch = json.loads(out.stdout)
-    assert not imported_torch
-    monkeypatch.setattr(devices, "no_gpu_here", lambda: False)  # torch's own path, on the same machine
-    assert answered == pytest.approx(dataclasses.asdict(devices.detect()))
-    assert not torch.cuda.is_available()
+    assert json.loads(out.stdout) == ["cpu", 1, False]
+    assert not torch.cuda.is_available()  # the library's own answer on the same machine
 
 
 def test_the_same_overrides_compose_once_a_process_and_each_caller_gets_its_own_copy(monkeypatch):
@@ -132,9 +128,11 @@ def test_the_same_overrides_compose_once_a_process_and_each_caller_gets_its_own_
     first = compose(overrides)
     first["training"]["max_steps"] = 1
     second = compose(overrides)
+    second["training"]["max_steps"] = 2
+    third = compose(overrides)
     expected = OmegaConf.to_container(hydra(overrides), resolve=True)
     expected.pop("hydra", None)
-    assert len(asked) == 1 and second == expected and second["training"]["max_steps"] == 7
+    assert len(asked) == 1 and third == expected and third["training"]["max_steps"] == 7
     for name in ("first", "second"):
         monkeypatch.setenv("TPRIMAT_TEST_GROUP", name)
         assert compose(["logging.wandb.group=${oc.env:TPRIMAT_TEST_GROUP}"])["logging"]["wandb"]["group"] == name

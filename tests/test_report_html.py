@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.machine("packages")]  # Chromium, fr
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=8000"]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def chromium_here():
     """Looked for once the set-up's packages step has ended (the ``machine`` marker), not when the file is read."""
     if chromium() is None:

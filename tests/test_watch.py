@@ -107,10 +107,12 @@ def test_the_launcher_holds_a_run_stalled_only_mid_run_and_past_its_limit(tmp_pa
     assert watch.silent_s() == 0  # the next-to-last step on: the result is being written, not a stall
 
 
-@pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's scontrol is not installed")
+@pytest.mark.machine("packages")  # Debian's Slurm, from the suite's set-up
 def test_slurm_placement_follows_srun_block_distribution(tmp_path, monkeypatch):
     """Expected by hand from Slurm's documented forms: ``2(x2),1`` is two tasks on each of the first two nodes, then
     one; the node list is expanded by scontrol itself (which reads a configuration first, as in any job)."""
+    if shutil.which("scontrol") is None:
+        pytest.skip("Slurm's scontrol is not installed (the suite installs Debian's Slurm when it runs as root)")
     (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost\nNodeName=gpu[07-09] CPUs=1\n")
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     env = {"SLURM_STEP_NODELIST": "gpu[07-09]", "SLURM_STEP_TASKS_PER_NODE": "2(x2),1"}

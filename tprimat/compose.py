@@ -201,7 +201,7 @@ def compose(overrides: list[str] = ()) -> dict:
         plain = to_plain(cfg)
     except OmegaConfBaseException as exc:
         raise OverrideError(unresolvable(exc, list(overrides))) from None
-    if not any("${" in o for o in key):
+    if not any("${" in o.replace("\\", "") for o in key):  # a sweep point holds Hydra's escaped form, $\\{...\\}
         COMPOSED[key] = copy.deepcopy(plain)
         if len(COMPOSED) > COMPOSED_KEPT:
             COMPOSED.popitem(last=False)

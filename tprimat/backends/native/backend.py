@@ -3,7 +3,6 @@ imported where a run starts, not here: a sweep that only plans and submits its p
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from contextlib import nullcontext
 from pathlib import Path
@@ -25,7 +24,9 @@ class NativeBackend(Backend):
     name = "native"
 
     def version(self) -> str:
-        return f"torch {importlib.metadata.version('torch')}"
+        import torch
+
+        return f"torch {torch.__version__}"
 
     def describe(self, spec: TprimatConf, plan: Plan) -> str:
         device = "cpu" if spec.platform.name == "cpu" else f"{spec.platform.name} GPU ({spec.platform.gpu})"
