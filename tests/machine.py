@@ -13,7 +13,7 @@ tests that need them skip, saying why. Each step's outcome and time is printed a
 
 The set-up runs in a process of its own beside the tests (``start``): apt's downloads and the op's compiler would
 otherwise hold every worker for their whole time before the first test. A test marked ``machine`` waits for the
-step it needs (``wait``, from ``tests/conftest.py``'s ``pytest_runtest_setup``) before it looks for what it needs:
+step it needs (``wait``, from ``tests/conftest.py``, before the test lock) before it looks for what it needs:
 ``machine("packages")`` for Slurm or chromium, ``machine`` for DeepSpeed's op too. A DeepSpeed engine not so marked is
 safe as well: torch's extension loader holds a lock while one process builds the op, and the others wait on it.
 """
@@ -63,10 +63,6 @@ def deepspeed_op() -> str:
         return f"not built: {type(exc).__name__}: {str(exc)[:200]}"
 
 
-STEPS = ("packages", "deepspeed_op")  # in the order the set-up takes them; a test marked machine("packages") waits
-                                     # for the first only
-
-
 def packages() -> str:
     start = time.monotonic()
     wanted = missing_packages()
@@ -80,6 +76,8 @@ def op() -> str:
     return f"deepspeed cpu op: {deepspeed_op()} ({time.monotonic() - start:.0f} s)"
 
 
+STEPS = {"packages": packages, "deepspeed_op": op}  # in the order the set-up takes them; machine("packages") waits
+                                                    # for the first only
 FOLDER_ENV, PID_ENV = "TPRIMAT_TESTS_MACHINE", "TPRIMAT_TESTS_MACHINE_PID"  # read by the processes the run starts
 WAIT_S = 1800  # apt's downloads on a slow mirror, then the op's compile on a busy machine
 
@@ -95,21 +93,22 @@ def start(folder: Path) -> subprocess.Popen:
     return proc
 
 
-def wait(step: str = STEPS[-1]) -> list[str]:
+def wait(step: str = "deepspeed_op") -> list[str]:
     """The set-up's lines once ``step`` (and every step before it) has ended; [] where this run started none
     (``TPRIMAT_TESTS_NO_SETUP``)."""
     folder = os.environ.get(FOLDER_ENV)
     if not folder:
         return []
-    wanted = STEPS[:STEPS.index(step) + 1]
+    names = list(STEPS)
+    files = [Path(folder) / f"{name}.json" for name in names[:names.index(step) + 1]]
     deadline = time.monotonic() + WAIT_S
-    while not all((Path(folder) / f"{s}.json").exists() for s in wanted):
-        if not running(int(os.environ[PID_ENV])) and not all((Path(folder) / f"{s}.json").exists() for s in wanted):
+    while not all(f.exists() for f in files):
+        if not running(int(os.environ[PID_ENV])) and not all(f.exists() for f in files):  # it may end just after writing
             raise RuntimeError(f"the suite's set-up (tests/machine.py) ended without its {step} step")
         if time.monotonic() > deadline:
             raise TimeoutError(f"the suite's set-up (tests/machine.py) did not reach its {step} step in {WAIT_S} s")
         time.sleep(0.5)
-    return [json.loads((Path(folder) / f"{s}.json").read_text()) for s in wanted]
+    return [json.loads(f.read_text()) for f in files]
 
 
 def running(pid: int) -> bool:
@@ -121,7 +120,7 @@ def running(pid: int) -> bool:
 
 
 def main(folder: Path) -> None:
-    for step, run in zip(STEPS, (packages, op)):
+    for step, run in STEPS.items():
         try:
             line = run()
         except Exception as exc:  # noqa: BLE001 - said at the end of the run; the tests that need it skip, naming it

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import copy
 import gc
 import hashlib
 import json
@@ -44,18 +43,10 @@ PRINTED_SETTINGS = {"global_batch_size": "training.global_batch_size"}
 class Meta:
     """What a log does not say, from the command line, and how the entry point composes a config."""
 
-    compose: Callable[[list[str]], dict]  # overrides -> plain config (tprimat.compose.compose)
+    compose: Callable[[list[str]], dict]  # overrides -> plain config (tprimat.compose.compose: once a process each)
     overrides: list[str] = field(default_factory=list)  # Hydra-style: model=llama platform.gpu=h100 ...
     warmup_steps: Optional[int] = None
     system: Optional[dict] = None  # a system description (MLPerf systems JSON)
-    _composed: dict = field(default_factory=dict, repr=False)
-
-    def composed(self, overrides: list[str]) -> dict:
-        """``compose(overrides)``, composed once per Meta (one Hydra compose for a whole ``tprimat ingest``)."""
-        key = tuple(overrides)
-        if key not in self._composed:
-            self._composed[key] = self.compose(list(overrides))
-        return copy.deepcopy(self._composed[key])
 
     @property
     def config_overrides(self) -> list[str]:
@@ -70,7 +61,7 @@ class Meta:
         if self.warmup_steps is not None and self.warmup_steps < 0:
             problems.append(f"benchmark.warmup_steps={self.warmup_steps} (--warmup-steps): must be >= 0")
         try:
-            spec = build_spec(self.composed(self.config_overrides))
+            spec = build_spec(self.compose(self.config_overrides))
         except SpecError as exc:
             return problems + exc.problems
         except Exception as exc:  # noqa: BLE001 - Hydra's own: an unknown key, a wrong type, a missing group option
@@ -90,7 +81,7 @@ def composition_error(exc: Exception) -> str:
 
 def stated_spec(parsed: Parsed, meta: Meta, framework: Optional[str]) -> Stated:
     # analysis settings (benchmark, logging) from the defaults with the user's overrides: one composition
-    st = Stated(meta.composed(meta.config_overrides), meta.composed)
+    st = Stated(meta.compose(meta.config_overrides), meta.compose)
     st.set("framework.name", framework, f"log format {parsed.format}")
     st.log_facts(parsed.facts)
     st.log_facts(printed_settings(parsed.steps))

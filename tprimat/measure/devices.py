@@ -15,17 +15,17 @@ from tprimat.spec.hardware import device_key_from_name
 # kernel modules, and the PCI bus itself: a GPU whose nodes nothing has created yet (no udev rule; CUDA's
 # nvidia-modprobe makes them at the first use) is still an NVIDIA (0x10de) or AMD (0x1002) display (0x03) or
 # processing-accelerator (0x12) device there.
-GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/nvhost-ctrl-gpu", "/dev/kfd",
+GPU_PATHS = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/nvhost-ctrl-gpu", "/dev/kfd",
                     "/sys/module/nvidia", "/sys/module/amdgpu")
 GPU_VENDORS, GPU_CLASSES = ("0x10de", "0x1002"), ("0x03", "0x12")
 PCI_DEVICES = "/sys/bus/pci/devices"
 
 
 def no_gpu_here() -> bool:
-    """True on a Linux machine that shows no GPU (``GPU_DEVICE_NODES``, or an NVIDIA or AMD GPU on its PCI bus): no
+    """True on a Linux machine that shows no GPU (``GPU_PATHS``, or an NVIDIA or AMD GPU on its PCI bus): no
     torch build can see a device there, so the answer needs no ``import torch`` (a second or two of CPU for a sweep
     that only submits, or a refused launch)."""
-    return sys.platform == "linux" and not any(glob.glob(pattern) for pattern in GPU_DEVICE_NODES) \
+    return sys.platform == "linux" and not any(glob.glob(pattern) for pattern in GPU_PATHS) \
         and not any(pci_gpu(device) for device in glob.glob(f"{PCI_DEVICES}/*"))
 
 
