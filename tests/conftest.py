@@ -188,11 +188,29 @@ def pytest_sessionstart(session):
     """Once per test run (in pytest-xdist's controller, before its workers start): what the suite needs beyond the
     README's first command (tests/machine.py), set up in a process of its own while the tests run; a test marked
     ``machine`` waits for it."""
-    if "PYTEST_XDIST_WORKER" in os.environ or os.environ.get("TPRIMAT_TESTS_NO_SETUP"):
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    compile_the_project()
+    if os.environ.get("TPRIMAT_TESTS_NO_SETUP"):
         return
     from tests import machine
 
     MACHINE.append(machine.start(Path(tempfile.mkdtemp(prefix="tprimat_machine_"))))
+
+
+PACKAGES = ("tprimat", "scripts", "bench", "hydra_plugins", "tests")  # what the suite's processes import from the tree
+
+
+def compile_the_project() -> None:
+    """The project's own modules compiled to bytecode once, before the workers start. An environment that sets
+    PYTHONDONTWRITEBYTECODE (this project's CI machines do) never writes it, so each of the suite's 200-odd Python
+    processes (``launch.py``, ranks, ``python -m tprimat``) compiled the modules it imports again: 0.16 s of each
+    launch's CPU (2026-11-29). Bytecode that exists is read whatever that variable says; pip compiles what it
+    installs in site-packages the same way."""
+    import compileall
+
+    for package in PACKAGES:
+        compileall.compile_dir(ROOT / package, quiet=2)
 
 
 def wait_for_the_set_up(item) -> None:

@@ -217,7 +217,7 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
 
     target = tmp_path / "projection.json"
     with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as code:
-        main(["project", "--measure", "--verify", "platform=cpu", "training.seq_length=64",
+        main(["project", "--measure", "--verify", "--rounds", "2", "platform=cpu", "training.seq_length=64",
               "training.micro_batch_size=1", "training.global_batch_size=4", "--json", str(target)])
     assert code.value.code == 0
     (point,) = json.loads(target.read_text())
@@ -227,8 +227,8 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
     assert all(m["step_time_s"] > 0 for m in p["measurements"])
     assert p["measurements"][3]["overrides"] == ["model.num_layers=2", "training.global_batch_size=2"]
     assert p["layers_per_stage"] == 4 and p["micro_batches"] == 4 and p["measure_time_s"] > 0
-    rounds = len(p["step_time_s_per_round"])  # 3, up to 5 where this machine's noise spreads them
-    assert 3 <= rounds <= 5 and all(len(m["rounds_s"]) == rounds for m in p["measurements"])
+    rounds = len(p["step_time_s_per_round"])  # as asked (by default 3, up to 5 while this machine's noise spreads them)
+    assert rounds == 2 and all(len(m["rounds_s"]) == rounds for m in p["measurements"])
     v = p["verified"]  # the spec itself, 4 layers x 4 micro batches, in the same rounds
     assert len(v["rounds_s"]) == rounds and v["step_time_s"] == min(v["rounds_s"])
     assert v["error"] == pytest.approx(v["step_time_s"] / p["step_time_s"] - 1)
@@ -236,15 +236,19 @@ def test_project_measure_runs_the_slices_for_real_on_this_cpu(tmp_path):
 
 
 def test_verify_checks_a_measured_slice_and_asks_for_measure(capsys):
-    """``--verify`` without ``--measure`` is refused, naming both flags; with a hand-made slice, ``verified`` holds
-    the spec's own run and the projection's error against it: projected 3.45 s, measured 3.0 s, so the
-    projection's tokens/s is 3.0 / 3.45 - 1 = -13.0% off."""
+    """``--verify`` or ``--rounds`` without ``--measure`` is refused naming the flag, as is ``--rounds 0``; with a
+    hand-made slice, ``verified`` holds the spec's own run and the projection's error against it: projected 3.45 s,
+    measured 3.0 s, so the projection's tokens/s is 3.0 / 3.45 - 1 = -13.0% off."""
     from tprimat.cli import main
     from tprimat.execute.slice import verified
 
     with pytest.raises(SystemExit) as code:
         main(["project", "--verify", "platform=cpu"])
     assert code.value.code == 2 and "--verify" in capsys.readouterr().out
+    for argv in (["--rounds", "2"], ["--measure", "--rounds", "0"]):
+        with pytest.raises(SystemExit) as code:
+            main(["project", *argv, "platform=cpu"])
+        assert code.value.code == 2 and f"--rounds {argv[-1]}: " in capsys.readouterr().out
     spec, plan = spec_plan("platform=cpu", "training.global_batch_size=32", "training.micro_batch_size=4")
     v = verified(spec, plan, SliceRun(4, 8, 3.0, (), (2.9, 3.0, 3.2)), 3.45)
     assert v["error"] == pytest.approx(-0.1304, abs=1e-4) and v["rounds_s"] == [2.9, 3.0, 3.2]

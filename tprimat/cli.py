@@ -113,6 +113,9 @@ def project(args) -> int:
     if args.verify and not args.measure:
         print("--verify: it checks a measured slice against the spec's own run; it needs --measure")
         return 2
+    if args.rounds is not None and (not args.measure or args.rounds < 1):
+        print(f"--rounds {args.rounds}: the measured slice's interleaved rounds; it needs --measure and at least 1")
+        return 2
     hw = detect()  # resolves platform=auto; a dry-run preparation checks nothing against this host
     try:
         preflight = read_preflight(args.preflight)
@@ -127,7 +130,7 @@ def project(args) -> int:
     bad, compose, out = 0, Composer().compose, []
     for overrides in expanded:
         label = " ".join(overrides) or "(defaults)"
-        result, problem = project_point(overrides, compose, hw, preflight, args.measure, args.verify)
+        result, problem = project_point(overrides, compose, hw, preflight, args.measure, args.verify, args.rounds)
         if problem:
             print(f"{label}: invalid: {problem}")
         else:
@@ -140,10 +143,11 @@ def project(args) -> int:
     return 2 if bad else 0
 
 
-def project_point(overrides: list[str], compose, hw, preflight, measure: bool,
-                  verify: bool = False) -> tuple[Optional[dict], str]:
+def project_point(overrides: list[str], compose, hw, preflight, measure: bool, verify: bool = False,
+                  rounds: Optional[int] = None) -> tuple[Optional[dict], str]:
     """(the point's projection, "") or (None, why it is invalid): the roofline, or with ``measure`` its measured
-    slice run here (``tprimat.execute.slice``), with ``verify`` beside the spec's own run."""
+    slice run here (``tprimat.execute.slice``; ``rounds`` of it where asked), with ``verify`` beside the spec's own
+    run."""
     from tprimat.execute.prepare import prepare
     from tprimat.execute.project import projection_of
     from tprimat.spec.build import SpecError, build_spec
@@ -157,10 +161,11 @@ def project_point(overrides: list[str], compose, hw, preflight, measure: bool,
         return None, prepared.all_problems[0]
     if not measure:
         return projection_of(spec, prepared.plan, preflight), ""
-    return measured_point(compose(overrides), spec, prepared.plan, hw, preflight, verify)
+    return measured_point(compose(overrides), spec, prepared.plan, hw, preflight, verify, rounds)
 
 
-def measured_point(config: dict, spec, plan, hw, preflight, verify: bool = False) -> tuple[Optional[dict], str]:
+def measured_point(config: dict, spec, plan, hw, preflight, verify: bool = False,
+                   rounds: Optional[int] = None) -> tuple[Optional[dict], str]:
     """The measured slice run here, or for a target bigger than this machine, on one of its devices."""
     from tprimat.execute.run import execute
     from tprimat.execute.scaleout import bigger_than_here
@@ -169,11 +174,11 @@ def measured_point(config: dict, spec, plan, hw, preflight, verify: bool = False
     if bigger_than_here(spec, hw):
         if verify:
             return None, "--verify: the target is bigger than this machine, which cannot run it to check against"
-        return project_scaled_out(config, spec, plan, hw, preflight)
-    return project_measured(config, spec, plan, execute, verify), ""
+        return project_scaled_out(config, spec, plan, hw, preflight, rounds)
+    return project_measured(config, spec, plan, execute, verify, rounds=rounds), ""
 
 
-def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optional[dict], str]:
+def project_scaled_out(config: dict, spec, plan, hw, preflight, rounds: Optional[int] = None) -> tuple[Optional[dict], str]:
     """A target bigger than this machine: its slice measured on one device here, its links modelled."""
     from tprimat.execute.prepare import prepare
     from tprimat.execute.run import execute
@@ -189,7 +194,7 @@ def project_scaled_out(config: dict, spec, plan, hw, preflight) -> tuple[Optiona
     prepared = prepare(local, hw, dry_run=True)
     if prepared.problems:
         return None, f"the one-device slice: {prepared.problems[0]}"
-    measured = project_measured(local_config, local, prepared.plan, execute, near=False)
+    measured = project_measured(local_config, local, prepared.plan, execute, near=False, rounds=rounds)
     return (compose_target(spec, plan, measured, preflight) if measured["available"] else measured), ""
 
 
@@ -255,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     project_parser.add_argument("--verify", action="store_true",
                                 help="with --measure: also run the spec itself, in the same interleaved rounds, and "
                                      "print the projection's error against it (a spec this machine runs)")
+    project_parser.add_argument("--rounds", type=int, metavar="N",
+                                help="with --measure: exactly N interleaved rounds of the slices (default: 3, and up "
+                                     "to 5 while their projections spread more than 15%%); fewer is sooner and noisier")
     return parser
 
 

@@ -159,20 +159,22 @@ def run_once(run: Runner, config: dict, settings: dict, where: Path, said: list)
 
 
 def measure(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False,
-            near: bool = True) -> tuple[Optional[list[SliceRun]], str]:
+            near: bool = True, rounds: Optional[int] = None) -> tuple[Optional[list[SliceRun]], str]:
     """The four slice runs of ``config`` (the composed spec), and with ``verify`` the spec itself last, each
     trained for real by ``run``, in interleaved rounds (a burst of noise on a shared machine hits one round of every
     run alike, not one run): ``ROUNDS``, and up to ``MAX_ROUNDS`` while the rounds' projections spread more than
-    ``SETTLED_SPREAD``; a run's step time is its fastest round's (``uncontended``). (None, why) when one cannot
-    run here (its own refusal or failure, e.g. out of memory or a layout this machine cannot hold)."""
+    ``SETTLED_SPREAD``, or ``rounds`` exactly where the caller asks (fewer: sooner, noisier); a run's step time is
+    its fastest round's (``uncontended``). (None, why) when one cannot run here (its own refusal or failure, e.g.
+    out of memory or a layout this machine cannot hold)."""
     points = slice_points(spec, plan, near) + ([spec_point(spec, plan)] if verify else [])
     labels = [[f"{k}={v}" for k, v in settings.items() if k.startswith(("model.", "training.global"))]
               for *_, settings in points]
     times: list[list[float]] = [[] for _ in points]
     target = spec_point(spec, plan)[:2]  # the spec's layers per stage and micro batches
+    least, most = (rounds, rounds) if rounds else (ROUNDS, MAX_ROUNDS)
     with tempfile.TemporaryDirectory(prefix="tprimat_slice_") as tmp, \
-            progress(ROUNDS * len(points), "measuring") as advance:
-        while len(times[0]) < ROUNDS or (len(times[0]) < MAX_ROUNDS and not settled(points, times, target)):
+            progress(least * len(points), "measuring") as advance:
+        while len(times[0]) < least or (len(times[0]) < most and not settled(points, times, target)):
             for i, (layers, micro, settings) in enumerate(points):
                 median, why = run_once(run, config, settings, Path(tmp) / f"{len(times[i])}_{i}", labels[i])
                 if median is None:
@@ -198,12 +200,12 @@ def settled(points: list, times: list[list[float]], target: tuple) -> bool:
 
 
 def project_measured(config: dict, spec: TprimatConf, plan: Plan, run: Runner, verify: bool = False,
-                     near: bool = True) -> dict:
+                     near: bool = True, rounds: Optional[int] = None) -> dict:
     """The projection of ``spec`` from its measured slice: the same fields as the roofline's (``step_time_s``,
     ``tokens_per_s_per_device``, ``breakdown_s``), the runs behind it and how long measuring took; with
     ``verify``, ``verified``: the spec itself measured in the same rounds, and the projection's error against it."""
     started = time.perf_counter()
-    runs, why = measure(config, spec, plan, run, verify, near)
+    runs, why = measure(config, spec, plan, run, verify, near, rounds)
     took = time.perf_counter() - started
     if runs is None:
         return {"available": False, "reason": why, "method": "measured-slice", "measure_time_s": took,
