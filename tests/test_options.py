@@ -98,10 +98,13 @@ def test_selective_recompute_every_fourth_layer_trains_and_is_read_back(tmp_path
 @pytest.mark.slow
 def test_a_compile_mode_runs_through_inductor_on_cpu(compiled_run):
     """reduce-overhead asks for CUDA graphs; on a CPU inductor compiles the blocks without them (conftest's
-    ``compiled_run``: llama_tiny's 4 blocks, read back from the live model)."""
+    ``compiled_run``: llama_tiny's 4 blocks, read back from the live model), and the four alike blocks are one graph
+    to dynamo: compiled once, not again for a block that differs by a hook (the trainer's probe once hooked the first
+    block alone, and dynamo compiled a second graph, forward and backward, for the other three)."""
     effective = compiled_run["framework"]["effective"]
     assert compiled_run["spec"]["training"]["compile_mode"] == "reduce-overhead"
     assert effective["compiled_layers"] == 4 and effective["recomputed_layers"] == 0
+    assert compiled_run["dynamo_graphs"] == 1
 
 
 def test_the_native_backend_runs_cuda_graphs_on_one_gpu_and_refuses_them_on_several():
