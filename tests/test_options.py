@@ -107,6 +107,35 @@ def test_a_compile_mode_runs_through_inductor_on_cpu(compiled_run):
     assert compiled_run["dynamo_graphs"] == 1
 
 
+def probe_hooks() -> dict:
+    """In a process of its own (a one-rank gloo group for DDP): the forward hooks torch holds on each block of
+    llama_tiny once the trainer's probe has observed the model, bare and wrapped in DDP."""
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from tprimat.backends.native.model import Decoder
+    from tprimat.backends.native.train import ComputeProbe
+
+    spec = build_spec(compose(["platform=cpu", "model=llama_tiny"]))
+    bare, inner = Decoder(spec.model), Decoder(spec.model)
+    dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
+    ComputeProbe(bare), ComputeProbe(DistributedDataParallel(inner))
+    return {name: [sum(len(m._forward_hooks) for m in block.modules()) for block in model.layers.values()]
+            for name, model in (("bare", bare), ("ddp", inner))}
+
+
+def test_the_probe_hooks_every_block_alike_bare_or_under_ddp():
+    """torch.compile guards a compiled block on its hooks: a hook on one block alone compiles the others again.
+    The probe's hooks, counted by torch itself, are one a block on llama_tiny's four, bare and under DDP."""
+    from tprimat.backends.native.deep import in_fresh_process
+
+    ok, hooks = in_fresh_process(probe_hooks, (), timeout_s=120)
+    assert ok, hooks
+    assert hooks == {"bare": [1, 1, 1, 1], "ddp": [1, 1, 1, 1]}
+
+
 def test_the_native_backend_runs_cuda_graphs_on_one_gpu_and_refuses_them_on_several():
     from tprimat.backends.native.backend import BACKEND
     from tprimat.spec.plan import make_plan

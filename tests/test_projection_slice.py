@@ -182,7 +182,8 @@ def test_more_rounds_are_measured_while_the_rounds_projections_spread_wide():
     """llama_tiny (4 layers, 2 micro batches of 4): five runs a round with ``verify``. Steady runs settle in 3
     rounds and project the hand-summed 0.05 + 0.04 + 0.04 + 0.8 = 0.93 s. The 2-layer, 2-micro-batch run 30%
     slow in round 2 (call 9) moves that round's projection by 0.3 x 0.51 x 3 = 0.46 s, a 49% spread: rounds 4 and
-    5 are measured, and each run's fastest round gives the steady step again."""
+    5 are measured, and each run's fastest round gives the steady step again; asked for 2 rounds, the same noise
+    gets exactly 2 (``--rounds``), and so do steady runs."""
     from tprimat.execute.slice import MAX_ROUNDS, ROUNDS, project_measured
 
     spec, plan = spec_plan("platform=cpu")
@@ -194,6 +195,9 @@ def test_more_rounds_are_measured_while_the_rounds_projections_spread_wide():
     assert len(noisy["step_time_s_per_round"]) == MAX_ROUNDS == 5
     assert sorted(noisy["step_time_s_per_round"])[-1] == pytest.approx(0.93 + 0.3 * 0.51 * 3)
     assert noisy["step_time_s"] == pytest.approx(0.93) and len(noisy["verified"]["rounds_s"]) == 5
+    for slow in (lambda call: 1.3 if call == 9 else 1.0, lambda call: 1.0):
+        asked = project_measured(config, spec, plan, Scripted(slow), verify=True, rounds=2)
+        assert len(asked["step_time_s_per_round"]) == 2 and len(asked["verified"]["rounds_s"]) == 2
 
 
 def test_a_slice_that_cannot_run_here_is_an_invalid_point_with_its_reason():

@@ -183,7 +183,7 @@ def test_the_two_node_step_is_projected_from_one_nodes_slice_and_the_measured_li
     here. Not exclusive: the slices run on one thread, as each rank did, beside one other test on a 2-core machine,
     and each slice's step is the fastest of its 2 interleaved rounds (``--rounds 2``;
     ``tprimat.execute.slice.uncontended``); held alone, its 64 s of measuring left a core idle (2026-11-29), and the
-    default 3 to 5 rounds took 84 s of the suite's CPU beside the other worker, for a bound that one round meets."""
+    default 3 to 5 rounds took 84 s of the suite's CPU beside the other worker, for a bound this loose."""
     pf, result, run = shaped
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proj = subprocess.run([sys.executable, "-m", "tprimat", "project", "--measure", "--rounds", "2", "--preflight", str(pf),

@@ -188,7 +188,7 @@ def first_linears(model: nn.Module) -> list[nn.Linear]:
     """The first linear layer of each decoder block, alike in every block: torch.compile guards a compiled block on
     its hooks, and a hook on the first block's alone compiled the blocks twice, forward and backward (a second
     graph for the blocks without it: 2026-11-29, llama_tiny on a CPU, twice the compile time)."""
-    layers = getattr(model, "layers", None)
+    layers = getattr(getattr(model, "module", model), "layers", None)  # DDP wraps the model
     blocks = list(layers.values()) if isinstance(layers, nn.ModuleDict) and len(layers) else [model]
     found = (next((m for m in block.modules() if isinstance(m, nn.Linear)), None) for block in blocks)
     return [linear for linear in found if linear is not None]
