@@ -205,7 +205,7 @@ PACKAGES = ("tprimat", "scripts", "bench", "hydra_plugins", "tests")  # what the
 
 def compile_the_project() -> None:
     """The project's own modules compiled to bytecode once, before the workers start. An environment that sets
-    PYTHONDONTWRITEBYTECODE (this project's CI machines do) never writes it, so each of the suite's 200-odd Python
+    PYTHONDONTWRITEBYTECODE (the project's development machine does) never writes it, so each of the suite's 200-odd Python
     processes (``launch.py``, ranks, ``python -m tprimat``) compiled the modules it imports again: 0.16 s of each
     launch's CPU (2026-11-29). Bytecode that exists is read whatever that variable says; pip compiles what it
     installs in site-packages the same way."""

@@ -121,7 +121,8 @@ def probe_hooks() -> dict:
     spec = build_spec(compose(["platform=cpu", "model=llama_tiny"]))
     bare, inner = Decoder(spec.model), Decoder(spec.model)
     dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
-    ComputeProbe(bare), ComputeProbe(DistributedDataParallel(inner))
+    for model in (bare, DistributedDataParallel(inner)):
+        ComputeProbe(model)
     return {name: [sum(len(m._forward_hooks) for m in block.modules()) for block in model.layers.values()]
             for name, model in (("bare", bare), ("ddp", inner))}
 

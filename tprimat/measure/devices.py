@@ -15,8 +15,8 @@ from tprimat.spec.hardware import device_key_from_name
 # kernel modules, and the PCI bus itself: a GPU whose nodes nothing has created yet (no udev rule; CUDA's
 # nvidia-modprobe makes them at the first use) is still an NVIDIA (0x10de) or AMD (0x1002) display (0x03) or
 # processing-accelerator (0x12) device there.
-GPU_PATHS = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/nvhost-ctrl-gpu", "/dev/kfd",
-                    "/sys/module/nvidia", "/sys/module/amdgpu")
+GPU_PATHS = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/nvhost-ctrl-gpu", "/dev/kfd", "/sys/module/nvidia",
+             "/sys/module/amdgpu")
 GPU_VENDORS, GPU_CLASSES = ("0x10de", "0x1002"), ("0x03", "0x12")
 PCI_DEVICES = "/sys/bus/pci/devices"
 
