@@ -144,7 +144,7 @@ FRAMEWORKS = {
         ("framework=nemo", "framework.flavour=nemo2"), NVIDIA, "script",
         # nemo_run 0.11.1 imports leptonai.api.v1 (gone in leptonai 0.47); pyarrow 20+ needs NumPy 2, NeMo pins < 2
         ((("torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1", "leptonai==0.26.6", "pyarrow<20")),),
-        published=(NEMO_70B,)),
+        published=(NEMO_70B,), lora=True),
     "bridge": Framework(
         "Megatron-Bridge 0.3.1 (NeMo Framework 26.02; the newest release for Python 3.11)",
         ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",

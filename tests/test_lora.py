@@ -180,10 +180,11 @@ def test_lora_rules_name_the_key(overrides, expected):
     assert any(expected in p for p in problems), problems
 
 
-def test_megatron_bridge_sets_lora_on_its_own_config_and_nemo2_refuses_it_by_key():
-    """Megatron-Bridge: cfg.peft = LoRA() and every value set through ``put`` (a name its LoRA does not declare stops
-    the script) and read back after its own finalisation (bench/rehearse.py); a base checkpoint named, as Bridge's
-    validate requires. NeMo 2's pretrain recipe takes no PEFT: refused by key, as is Bridge without a checkpoint."""
+def test_megatron_bridge_and_nemo2_set_lora_through_their_own_api():
+    """Megatron-Bridge: cfg.peft = LoRA(); NeMo 2: the model's finetune_recipe (llm.finetune) and its recipe.peft.
+    Every value is set through ``put`` (a name their LoRA does not declare stops the script) and read back after
+    the framework's own finalisation (bench/rehearse.py); a base checkpoint named, as both restore one. Without
+    one, each flavour refuses by key."""
     from tprimat import backends
     from tprimat.backends.external import nemo
 
@@ -196,12 +197,24 @@ def test_megatron_bridge_sets_lora_on_its_own_config_and_nemo2_refuses_it_by_key
     script = backends.load("nemo").launch(spec, make_plan(spec, HW), Path("l")).files["nemo_pretrain.py"]
     assert "cfg.peft = LoRA()" in script and "finetune(cfg, forward_step)" in script
     assert not backends.load("nemo").check(spec, make_plan(spec, HW))
-    for overrides, expected in ((["framework.flavour=nemo2"], "training.peft=lora, framework.flavour=nemo2:"),
-                                (["framework.flavour=bridge"], "framework.pretrained_checkpoint=null:")):
-        other = spec_of(*gpu, *overrides, *LORA)
+
+    nemo2 = spec_of(*gpu, "framework.flavour=nemo2", *LORA, "framework.pretrained_checkpoint=/base",
+                    "parallelism.zero_stage=1")
+    rows = {row[0]: row[1:] for row in nemo.nemo2_settings(nemo2)}
+    assert rows["lora_rank"] == ("peft.dim", "peft.dim", 16) and rows["lora_targets"][2] == ["linear_qkv", "linear_proj"]
+    assert rows["pretrained_checkpoint"] == ("resume.restore_config.path",) * 2 + ("/base",)
+    # the fine-tuning recipe turns the optimizer's own switch off under LoRA; the spec's ZeRO 1 turns it back on
+    assert rows["optimizer_distributed"][2] is True and rows["tokenizer"][2] == "data"
+    script = backends.load("nemo").launch(nemo2, make_plan(nemo2, HW), Path("l")).files["nemo_pretrain.py"]
+    assert ".finetune_recipe(" in script and 'peft_scheme="lora"' in script
+    assert not backends.load("nemo").check(nemo2, make_plan(nemo2, HW))
+    plain = {row[0] for row in nemo.nemo2_settings(spec_of(*gpu, "framework.flavour=nemo2"))}
+    assert not {"lora_rank", "pretrained_checkpoint", "tokenizer"} & plain
+    for flavour, expected in (("nemo2", "NeMo 2's llm.finetune restores"), ("bridge", "Megatron-Bridge's PEFT")):
+        other = spec_of(*gpu, f"framework.flavour={flavour}", *LORA)
         assert not [p for p in validate(other, HW, dry_run=True) if "peft" in p or "lora" in p]  # planned, projected
         problems = backends.load("nemo").check(other, make_plan(other, HW))
-        assert problems and expected in problems[0], problems
+        assert problems and "framework.pretrained_checkpoint=null" in problems[0] and expected in problems[0], problems
 
 
 def test_lora_keys_at_their_defaults_keep_a_specs_identity():

@@ -56,7 +56,8 @@ for _name, _desc, _divisible_by in (
 ):
     register(FrameworkInfo(_name, f"tprimat.backends.external.{_name}", _desc, llama_style_only=True,
                            vocab_divisible_by=_divisible_by,
-                           lora="Megatron-Bridge's cfg.peft (flavour bridge, from framework.pretrained_checkpoint)"
+                           lora="Megatron-Bridge's cfg.peft (flavour bridge) or NeMo 2's llm.finetune recipe.peft (flavour "
+                           "nemo2), from framework.pretrained_checkpoint"
                            if _name == "nemo" else ""))
 
 

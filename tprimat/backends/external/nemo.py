@@ -158,7 +158,22 @@ def nemo2_settings(spec: TprimatConf) -> list[tuple]:
              ("micro_batch_size", None, "data.micro_batch_size", v["micro_batch_size"]),
              ("bf16", None, "plugin.dtype_config.bf16", True),
              ("fp8", None, "plugin.dtype_config.fp8", "hybrid" if spec.training.precision == "fp8" else None)]
-    return rows
+    return rows + nemo2_lora_rows(spec)
+
+
+def nemo2_lora_rows(spec: TprimatConf) -> list[tuple]:
+    """training.lora on NeMo 2's fine-tuning recipe (``llm.finetune``): its LoRA (``recipe.peft``), the optimizer's
+    own distributed-optimizer switch (the recipe turns it off under LoRA), the base checkpoint it restores
+    (``recipe.resume.restore_config.path``) and the data's tokenizer (mock tokens of the model's vocabulary)."""
+    if spec.training.peft != "lora":
+        return []
+    distributed = spec.parallelism.zero_stage >= 1 or spec.parallelism.fsdp
+    return [*[row for row in lora_rows(spec) if row[0].startswith("lora_")],  # the same LoRA fields as Bridge's
+            ("optimizer_distributed", "optim.config.use_distributed_optimizer", "optim.config.use_distributed_optimizer",
+             distributed),
+            ("pretrained_checkpoint", "resume.restore_config.path", "resume.restore_config.path",
+             spec.framework.pretrained_checkpoint),
+            ("tokenizer", "tokenizer", "tokenizer", "data")]
 
 
 def table(rows: list[tuple]) -> str:
@@ -272,7 +287,11 @@ HAVE_TE = importlib.util.find_spec("transformer_engine") is not None  # asked be
 '''
 
 NEMO2_BODY = '''
-recipe = llm.{recipe}.pretrain_recipe(name="tprimat", num_nodes=V["nodes"], num_gpus_per_node=V["devices_per_node"])
+if V["peft"] == "lora":  # NeMo 2 takes LoRA in llm.finetune: the model's fine-tuning recipe, its recipe.peft set below
+    recipe = llm.{recipe}.finetune_recipe(name="tprimat", num_nodes=V["nodes"], num_gpus_per_node=V["devices_per_node"],
+                                          peft_scheme="lora", packed_sequence=False)
+else:
+    recipe = llm.{recipe}.pretrain_recipe(name="tprimat", num_nodes=V["nodes"], num_gpus_per_node=V["devices_per_node"])
 recipe.trainer.plugins = bf16_with_fp8_mixed() if V["precision"] == "fp8" else bf16_mixed()
 # Mock tokens from the model's own vocabulary (NeMo's NullTokenizer adds one id for end-of-document); the default
 # GPT-2 tokenizer would draw ids up to 50,257 whatever the model's vocabulary.
@@ -295,9 +314,11 @@ def build_all():
     import types
 
     import fiddle as fdl
+    lora = dict(peft=fdl.build(recipe.peft), resume=fdl.build(recipe.resume), tokenizer=recipe.tokenizer) \
+        if V["peft"] == "lora" else {{}}
     return types.SimpleNamespace(model=fdl.build(recipe.model), strategy=fdl.build(recipe.trainer.strategy),
                                  optim=fdl.build(recipe.optim), data=fdl.build(recipe.data),
-                                 plugin=fdl.build(recipe.trainer.plugins), trainer=recipe.trainer)
+                                 plugin=fdl.build(recipe.trainer.plugins), trainer=recipe.trainer, **lora)
 
 
 if os.environ.get("TPRIMAT_REHEARSE"):
@@ -410,17 +431,16 @@ def bridge_script(spec: TprimatConf) -> str:
 
 
 def lora_problems(spec: TprimatConf) -> list[str]:
-    """LoRA runs under Megatron-Bridge (its cfg.peft) from a base checkpoint; NeMo 2's script does not set it."""
-    if spec.training.peft == "none":
+    """LoRA fine-tunes a base checkpoint under both flavours: Megatron-Bridge's cfg.peft, NeMo 2's llm.finetune."""
+    if spec.training.peft == "none" or spec.framework.pretrained_checkpoint:
         return []
-    if spec.framework.flavour != "bridge":
-        return ["training.peft=lora, framework.flavour=nemo2: tprimat's NeMo 2 script does not set LoRA (NeMo 2 takes it "
-                "in llm.finetune, not the pretrain recipe); use framework.flavour=bridge with framework.pretrained_checkpoint"]
-    if not spec.framework.pretrained_checkpoint:
+    if spec.framework.flavour == "bridge":
         return ["training.peft=lora, framework.pretrained_checkpoint=null: Megatron-Bridge's PEFT fine-tunes a base "
                 "checkpoint (its ConfigContainer.validate: 'PEFT requires a pretrained checkpoint path'); name the "
                 "base model's Megatron checkpoint directory"]
-    return []
+    return ["training.peft=lora, framework.pretrained_checkpoint=null: NeMo 2's llm.finetune restores a base checkpoint "
+            "(its recipe's resume.restore_config.path, nemo://<model> otherwise, which needs a conversion first); name "
+            "the base model's NeMo 2 checkpoint directory"]
 
 
 class NemoBackend(ExternalBackend):
