@@ -34,6 +34,13 @@ def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, sourc
     # H100) must not leak into a published row (two Megatron-Bridge FSDP rows composed with CP 2 until 2026-11-28)
     unnamed = [f"parallelism.{key}=1" for key in ("tp", "pp", "cp", "vp")
                if not any(o.startswith(f"parallelism.{key}=") for o in layout)]
+    # and so is recompute: none unless the row states it (torchtitan's rows name theirs). The Megatron-core rows'
+    # configs set none: NeMo-Framework-Launcher 24.07's llama3_8b / llama3_70b training yamls (activations_checkpoint_*
+    # null), Megatron-Bridge 0.1.0rc4's llama3_8b perf yaml (25.09; FSDP, no recompute) and 0.2.0's workload base
+    # configs for the 70B on H100 and the GB200 / GB300 / B200 FSDP rows (none; CPU offloading on GB200 / GB300);
+    # the methodology's tuned selective recompute leaked into the 70B rows until 2026-11-29
+    if not any(o.startswith("training.activation_checkpointing=") for o in layout):
+        unnamed.append("training.activation_checkpointing=none")
     overrides = [f"platform={platform}", f"platform.gpu={gpu}", *model_overrides, f"framework={framework}",
                  SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
                  f"training.precision={precision}", *(placement or nodes(gpus)), *unnamed, *layout]

@@ -1,8 +1,9 @@
 """The projection's published rows (bench/projection_rows.py, the held-out sets bench/held_out_3.py and
 bench/held_out_4.py), composed as bench/projection.py composes them, against the layout each row's own name
 states, as its source table prints it: the degrees (``TP4 PP8 VP5``, ``CP2``, ``FSDP``; a degree not named is 1)
-and the GPUs (``x64``; else the row's count). A layout leaking in from a methodology or a recipe (two Megatron-
-Bridge H100 rows composed with CP 2 until 2026-11-28) fails here."""
+and the GPUs (``x64``; else the row's count), and the recompute its source runs. A layout leaking in from a
+methodology or a recipe (two Megatron-Bridge H100 rows composed with CP 2 until 2026-11-28; the 70B rows with the
+methodology's selective recompute until 2026-11-29) fails here."""
 
 import importlib
 import re
@@ -36,3 +37,24 @@ def test_a_published_row_composes_with_the_layout_its_source_states(where, row):
     gpus = re.search(r"\bx(\d+)\b", row["name"])
     if gpus:
         assert platform["nodes"] * platform["devices_per_node"] == int(gpus.group(1))
+
+
+def source_recompute(row: dict) -> str:
+    """The activation recompute the row's source ran, as each source states it: torchtitan's tables name theirs
+    (202412 Tables 1 and 3 "Selective activation checkpointing", Tables 2 and 4 "Full activation checkpointing";
+    2025-06 async TP: the 70B "full AC", the 8B "per op SAC"; Trainy's H200 runs: llama3_8b.toml, selective op);
+    the Megatron-core rows' configs set none (NeMo-Framework-Launcher 24.07's training yamls:
+    activations_checkpoint_granularity null; Megatron-Bridge's perf configs for these layouts: no recompute)."""
+    if "torchtitan" not in row["source"]:
+        return "none"
+    return "full" if "full AC" in row["name"] or " 70B " in row["name"] else "selective"
+
+
+@pytest.mark.parametrize("where,row", ROWS, ids=[f"{w}: {r['name']}" for w, r in ROWS])
+def test_a_published_row_states_the_recompute_its_source_ran(where, row):
+    """Stated in the row's own overrides, so that no methodology's tuned recompute reaches it."""
+    stated_here = [o for o in row["overrides"] if o.startswith("training.activation_checkpointing=")]
+    assert stated_here, where
+    for methodology in ("maximum_performance", "identical_config"):
+        composed = compose([f"methodology={methodology}", *row["overrides"]])
+        assert composed["training"]["activation_checkpointing"] == source_recompute(row), (where, methodology)
