@@ -88,7 +88,7 @@ SPEC = {
     "weight_decay": ("training", "optimizer", "weight_decay"), "beta1": ("training", "optimizer", "beta1"),
     "beta2": ("training", "optimizer", "beta2"), "eps": ("training", "optimizer", "eps"),
     "grad_clip": ("training", "optimizer", "grad_clip"), "tp": ("plan", "tp"), "pp": ("plan", "pp"),
-    "cp": ("plan", "cp"), "dp": ("plan", "dp")}
+    "cp": ("plan", "cp"), "dp": ("plan", "dp"), "recompute": ("training", "activation_checkpointing")}
 MEGATRON_NAMES = {  # spec key -> Megatron-LM's argument (core_v0.16.1)
     "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
     "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_query_groups",
@@ -97,7 +97,8 @@ MEGATRON_NAMES = {  # spec key -> Megatron-LM's argument (core_v0.16.1)
     "global_batch_size": "global_batch_size", "max_steps": "train_iters", "seed": "seed", "lr": "lr",
     "min_lr": "min_lr", "warmup_steps": "lr_warmup_iters", "weight_decay": "weight_decay", "beta1": "adam_beta1",
     "beta2": "adam_beta2", "eps": "adam_eps", "grad_clip": "clip_grad", "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size", "dp": "data_parallel_size"}
+    "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size", "dp": "data_parallel_size",
+    "recompute": "recompute_granularity"}  # None where the spec says none (Megatron's default: no recompute)
 READ_AS = {
     "megatron": MEGATRON_NAMES,
     # Megatron-DeepSpeed's own names (megatron/arguments.py); it has no context parallelism
@@ -107,9 +108,9 @@ READ_AS = {
     "primus": MEGATRON_NAMES,
     # torchtitan's saved config as tprimat's audit reads it (tprimat.backends.external.audit.torchtitan_saved_config)
     "torchtitan_toml": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp",
-                                       "pp", "cp", "seq_length", "micro_batch_size", "beta1", "beta2")},
+                                       "pp", "cp", "seq_length", "micro_batch_size", "beta1", "beta2", "recompute")},
     "torchtitan": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp", "pp",
-                                  "cp", "seq_length", "micro_batch_size")} | {"beta1": "beta1", "beta2": "beta2"},
+                                  "cp", "seq_length", "micro_batch_size", "recompute")} | {"beta1": "beta1", "beta2": "beta2"},
 }
 def spec_rows(name: str, result: dict) -> list[list]:
     """[spec key, the framework's name for it, the spec's value] for every value the framework's own object is read
@@ -119,6 +120,8 @@ def spec_rows(name: str, result: dict) -> list[list]:
         node = result if SPEC[key][0] == "plan" else result["spec"]
         for part in SPEC[key]:
             node = node[part]
+        if key == "recompute" and where == "recompute_granularity" and node == "none":
+            node = None  # Megatron's argument holds no recompute as None
         rows.append([key, where, node])
     return rows
 

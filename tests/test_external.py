@@ -614,6 +614,11 @@ TORCHTITAN_022_SAVED = {
     "training": {"local_batch_size": 1, "global_batch_size": 128, "seq_len": 8192,
                  "mixed_precision_param": "bfloat16", "steps": 50},
     "parallelism": {"tensor_parallel_degree": 1, "pipeline_parallel_degree": 1, "context_parallel_degree": 1},
+    # its ConfigManager's activation_checkpoint for the same launch (read 2026-11-29, torchtitan 0.2.2)
+    "activation_checkpoint": {"mode": "selective", "selective_ac_option": "op",
+                              "per_op_sac_force_recompute_mm_shapes_by_fqns": ["moe.router.gate"], "early_stop": False,
+                              "memory_budget": 0.5, "visualize_memory_budget_pareto": False,
+                              "preserve_rng_state": True, "determinism_check": "default", "debug": False},
     "job": {"save_config_file": "tprimat_effective_config.json"}}
 
 
@@ -628,9 +633,41 @@ def test_torchtitan_toml_launch_saves_its_job_config_and_the_audit_checks_every_
     saved = tmp_path / "torchtitan" / values["--job.save_config_file"]
     saved.write_text(json.dumps(TORCHTITAN_022_SAVED))
     result = audit(spec, "", [], backend.effective_settings(spec, tmp_path))
-    assert result["passed"] and result["unchecked"] == [] and len(result["checks"]) == 13
+    assert result["passed"] and result["unchecked"] == [] and len(result["checks"]) == 14
     doctored = json.loads(json.dumps(TORCHTITAN_022_SAVED))
     doctored["optimizer"]["lr"] = 0.008  # the flavour's own lr, had the override been dropped
     saved.write_text(json.dumps(doctored))
     failed = audit(spec, "", [], backend.effective_settings(spec, tmp_path))
     assert not failed["passed"] and [c["key"] for c in failed["checks"] if not c["ok"]] == ["lr", "min_lr"]
+    doctored = json.loads(json.dumps(TORCHTITAN_022_SAVED))
+    doctored["activation_checkpoint"]["mode"] = "none"  # a recompute the TOML's section would have dropped
+    saved.write_text(json.dumps(doctored))
+    failed = audit(spec, "", [], backend.effective_settings(spec, tmp_path))
+    assert [c["key"] for c in failed["checks"] if not c["ok"]] == ["recompute"]
+
+
+@pytest.mark.parametrize("granularity,requested,ok", [("None", "none", True), ("None", "full", False),
+                                                     ("full", "full", True), ("selective", "full", False)])
+def test_audit_reads_megatrons_recompute_back(granularity, requested, ok):
+    """Megatron-LM's (and Primus's, Megatron-DeepSpeed's) ``recompute_granularity`` as its arguments dump prints it:
+    None when nothing is recomputed; a recompute the spec asked for and the framework dropped fails by key."""
+    spec, _ = spec_plan(["framework=megatron", "platform=nvidia", "platform.gpu=h100", "model=llama",
+                         "training.micro_batch_size=2", "training.precision=bf16", "parallelism.cp=1",
+                         f"training.activation_checkpointing={requested}"])
+    dump = ARGS_DUMP.format(lr=spec.training.optimizer.lr).replace(
+        "  seq_length", f"  recompute_granularity ........................... {granularity}\n  seq_length")
+    result = audit(spec, dump, [])
+    (check,) = [c for c in result["checks"] if c["key"] == "recompute"]
+    assert check["ok"] is ok and result["passed"] is ok
+    assert check["effective"] == ("none" if granularity == "None" else granularity)
+
+
+def test_audit_reads_torchtitans_saved_recompute_from_its_own_config_classes():
+    """torchtitan 0.3 saves ``activation_checkpoint`` as the chosen class's Config fields (no class name): each of
+    its own FullAC, SelectiveAC and MemoryBudgetAC configs, saved by its own ``to_dict``, reads back as its mode."""
+    ac = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
+    from tprimat.backends.external.audit import saved_recompute
+
+    for cls, mode in ((ac.FullAC, "full"), (ac.SelectiveAC, "selective"), (ac.MemoryBudgetAC, "memory_budget")):
+        assert saved_recompute({"activation_checkpoint": cls.Config().to_dict()}) == mode
+    assert saved_recompute({"activation_checkpoint": None}) == "none" and saved_recompute({}) is None

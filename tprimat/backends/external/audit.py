@@ -23,7 +23,7 @@ def requested(spec: TprimatConf) -> dict:
     return {"lr": opt.lr, "min_lr": opt.min_lr, "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay,
             "beta1": opt.beta1, "beta2": opt.beta2, "global_batch_size": tr.global_batch_size,
             "micro_batch_size": tr.micro_batch_size, "seq_length": tr.seq_length, "tp": par.tp, "pp": par.pp,
-            "cp": par.cp, "precision": tr.precision}
+            "cp": par.cp, "precision": tr.precision, "recompute": tr.activation_checkpointing}
 
 
 def _value(text: str):
@@ -54,6 +54,9 @@ def megatron_arguments(lines: list[str]) -> dict:
                "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size"}
     found = {key: args[name] for key, name in mapping.items() if name in args}
     found["precision"] = precision
+    if "recompute_granularity" in args:  # None (no recompute), full or selective: the spec's names but none
+        found["recompute"] = args["recompute_granularity"] if args["recompute_granularity"] not in (None, "None") \
+            else "none"
     return found
 
 
@@ -84,7 +87,8 @@ def torchtitan_job_config(cfg: dict) -> dict:
              "micro_batch_size": get("training", "local_batch_size"),
              "tp": get("parallelism", "tensor_parallel_degree"), "pp": get("parallelism", "pipeline_parallel_degree"),
              "cp": get("parallelism", "context_parallel_degree"),
-             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param"))}
+             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param")),
+             "recompute": get("activation_checkpoint", "mode")}  # torchtitan's own names: none, full, selective
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -104,8 +108,23 @@ def torchtitan_saved_config(cfg: dict) -> dict:
              "global_batch_size": training.get("global_batch_size"), "micro_batch_size": training.get("local_batch_size"),
              "seq_length": training.get("seq_len"), "tp": par.get("tensor_parallel_degree"),
              "pp": par.get("pipeline_parallel_degree"), "cp": par.get("context_parallel_degree"),
-             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(training.get("mixed_precision_param"))}
+             "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(training.get("mixed_precision_param")),
+             "recompute": saved_recompute(cfg)}
     return {k: v for k, v in found.items() if v is not None}
+
+
+def saved_recompute(cfg: dict) -> Optional[str]:
+    """torchtitan 0.3's ``activation_checkpoint``: None (none), or the Config of FullAC, SelectiveAC or
+    MemoryBudgetAC as its fields (``to_dict`` keeps no class name): SelectiveAC's alone has
+    ``force_recompute_mm_shapes_by_fqns``, MemoryBudgetAC's ``memory_budget``, FullAC's neither
+    (torchtitan/distributed/activation_checkpoint.py)."""
+    if "activation_checkpoint" not in cfg:
+        return None
+    ac = cfg["activation_checkpoint"]
+    if ac is None:
+        return "none"
+    return "selective" if "force_recompute_mm_shapes_by_fqns" in ac else "memory_budget" if "memory_budget" in ac \
+        else "full"
 
 
 def generated_script(lines: list[str]) -> dict:

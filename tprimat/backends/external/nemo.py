@@ -331,7 +331,8 @@ print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "weight_decay": opt.weight_decay, "beta1": opt.adam_beta1, "beta2": opt.adam_beta2,
     "global_batch_size": recipe.data.global_batch_size, "micro_batch_size": recipe.data.micro_batch_size,
     "seq_length": recipe.data.seq_length, "tp": strategy.tensor_model_parallel_size,
-    "pp": strategy.pipeline_model_parallel_size, "cp": strategy.context_parallel_size}}), flush=True)
+    "pp": strategy.pipeline_model_parallel_size, "cp": strategy.context_parallel_size,
+    "recompute": recipe.model.config.recompute_granularity or "none"}}), flush=True)
 run.run(recipe, executor=run.LocalExecutor(ntasks_per_node=V["devices_per_node"], launcher="torchrun"))
 '''
 
@@ -391,7 +392,8 @@ print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "weight_decay": cfg.optimizer.weight_decay, "beta1": cfg.optimizer.adam_beta1, "beta2": cfg.optimizer.adam_beta2,
     "global_batch_size": cfg.train.global_batch_size, "micro_batch_size": cfg.train.micro_batch_size,
     "seq_length": cfg.dataset.seq_length, "tp": cfg.model.tensor_model_parallel_size,
-    "pp": cfg.model.pipeline_model_parallel_size, "cp": cfg.model.context_parallel_size}}), flush=True)
+    "pp": cfg.model.pipeline_model_parallel_size, "cp": cfg.model.context_parallel_size,
+    "recompute": cfg.model.recompute_granularity or "none"}}), flush=True)
 from megatron.bridge.training.gpt_step import forward_step  # noqa: E402
 
 if V["peft"] == "lora":  # the base loaded from checkpoint.pretrained_checkpoint, frozen; the adapters trained
