@@ -137,7 +137,8 @@ def published(rows: list[dict], quiet: bool = False, kept: list | None = None) -
     for published_row in rows:
         p = project_row(published_row["overrides"])
         if not p["available"]:
-            print(f"{published_row['name']}: not projected: {p['reason']}")
+            if not quiet:
+                print(f"{published_row['name']}: not projected: {p['reason']}")
             continue
         error = p["tokens_per_s_per_device"] / published_row["published"] - 1
         errors.append((published_row["family"], error))
@@ -164,9 +165,16 @@ def megatron_style_selective_recompute():
         yield
 
 
+@contextmanager
+def no_fp8_quantize_kernels():
+    with mock.patch.object(kernels, "TE_FP8_FRAMEWORKS", ()):
+        yield
+
+
 # Each modelled effect, and what the projection does in its place when it is taken away
 EFFECTS = {"the stacks' attention kernels (attention at the matmul ceiling instead)": attention_at_the_matmul_ceiling,
-           "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute}
+           "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute,
+           "Transformer Engine's FP8 quantize kernels (FP8 GEMMs alone)": no_fp8_quantize_kernels}
 
 
 def scored_set(label: str, rows: list[dict], quiet: bool = False, kept: list | None = None) -> float:
@@ -255,6 +263,9 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
         print(f"{prefix}_{vendor}_median_abs_error={figure} ({len(chosen)} rows, {len({f for f, _ in chosen})} families)")
     print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
+    for effect, taken_away in EFFECTS.items():
+        with taken_away():
+            print(f"  without {effect}: {family_median(published(rows, quiet=True)):.3f}")
     return errors
 
 

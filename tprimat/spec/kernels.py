@@ -63,6 +63,19 @@ def attention_kernel(framework: str) -> AttentionKernel:
     return KERNELS[STACK_ATTENTION.get(framework, "flash2")]
 
 
+# Transformer Engine's FP8 linears quantize their operands in kernels of their own, beside the GEMMs (its
+# module/linear.py and module/layernorm_linear.py): a Linear whose input comes from an unfused operation (the
+# attention's output projection, the MLP's down projection) reads that input in BF16 and writes it in FP8 row-wise
+# for the GEMM and column-wise for the weight's gradient (``columnwise=backward_needs_input``: only where the weight
+# requires grad); a LayerNormLinear (QKV, the MLP's up and gate) writes its norm's output in FP8 directly
+# (``with_quantized_norm``), no more bytes than BF16; the backward quantizes every linear's output gradient,
+# row-wise for the data gradient and column-wise for the weight's ("dgrad GEMM requires row-wise usage, wgrad GEMM
+# requires column-wise usage"; row-wise alone when the weight is frozen). Megatron-LM, NeMo and Primus build their
+# layers from Transformer Engine; the torchao float8 of torchtitan and the native trainer is not modelled here.
+TE_FP8_FRAMEWORKS = ("megatron", "nemo", "primus")
+TE_FP8_SOURCE = ("Transformer Engine module/linear.py (input and grad_output quantizers' row-/column-wise usage) "
+                 "and module/layernorm_linear.py (with_quantized_norm)")
+
 # torchtitan's selective recompute per op ("op" SAC, torchtitan/distributed/activation_checkpoint.py and, in
 # 2024, torchtitan/parallelisms/parallelize_llama.py ``_save_list``): the outputs of matmuls are saved except
 # every second one, attention's and the reductions' outputs are saved, every other operation is recomputed.

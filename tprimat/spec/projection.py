@@ -47,6 +47,8 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
+    "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus): its quantize kernels over HBM, the unfused inputs "
+    "forward and every output gradient backward, each read in BF16 and written row- and column-wise in FP8",
 )
 
 
@@ -248,13 +250,33 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
     return phase_s(rerun, c, 1 / par.tp, par.cp / par.tp)
 
 
+def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
+    """One layer's forward and backward seconds in Transformer Engine's FP8 quantization kernels
+    (``kernels.TE_FP8_SOURCE``), at HBM bandwidth: each reads a BF16 tensor (2 bytes an element) and writes it in
+    FP8 row-wise and, where the weight takes a gradient, column-wise (1 + 1). Forward: the inputs of the output and
+    down projections (the QKV and up/gate inputs come quantized from their fused norms); backward: the output
+    gradients of all four linears. Each tensor's tokens and width split over cp and tp."""
+    tr, par = spec.training, spec.parallelism
+    if tr.precision != "fp8" or spec.framework.name not in kernels.TE_FP8_FRAMEWORKS or not c.memory_gb_s:
+        return 0.0, 0.0
+    model = model_as_built(spec)
+    d = flops.dims(model)
+    gated = flops.mlp_matrices(model) - 1  # the up projection's outputs: gate and up (SwiGLU), or up alone
+    per_element = 2 + (1 if lora_of(spec) is not None else 2)  # frozen base weights: row-wise alone
+    tokens = tr.micro_batch_size * tr.seq_length / par.cp / par.tp
+    forward = d.q_size + d.ffn
+    backward = (d.q_size + 2 * d.kv_size) + d.hidden + gated * d.ffn + d.hidden
+    return tuple(tokens * width * per_element / (c.memory_gb_s * 1e9) for width in (forward, backward))
+
+
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
     par = spec.parallelism
     scale, attn = 1 / par.tp, par.cp / par.tp
     layers = math.ceil(spec.model.num_layers / par.pp)
-    layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn)
+    quantize_f, quantize_b = fp8_quantize_s(spec, c)
+    layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn) + quantize_f  # a recomputed layer quantizes again
     attention_f = phase_s([o for o in work.ops("layer", "fwd") if o.kind == "attention"], c, scale, attn)
-    layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn, backward=True)
+    layer_b = phase_s(work.ops("layer", "bwd"), c, scale, attn, backward=True) + quantize_b
     extra_f = recompute_s(spec, work, c, layer_f)
     head = phase_s(work.ops("head", "fwd"), c, scale) + phase_s(work.ops("head", "bwd"), c, scale, backward=True)
     embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
