@@ -45,7 +45,7 @@ from scripts.device_kit import MEGATRON_TAG, export_megatron  # noqa: E402
 HOME = ROOT / ".rehearse"
 NVIDIA = ("h100", "h200", "b200")
 PLATFORM = {"h100": "nvidia", "h200": "nvidia", "b200": "nvidia", "mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}
-MODELS = ("llama", "qwen", "mistral", "llama70b")
+MODELS = ("llama", "qwen", "mistral", "llama70b", "llama405b")
 METHODOLOGIES = ("maximum_performance", "identical_config")
 # The compute capability each GPU reports to torch (NVIDIA's CUDA GPUs table: H100 and H200 9.0, B200 10.0; on ROCm
 # torch reports the gfx target: MI300X and MI325X gfx942 -> 9.4, MI355X gfx950 -> 9.5), which Megatron-LM's
@@ -138,6 +138,13 @@ BRIDGE_70B = ("Megatron-Bridge 26.04 H100 Llama 3 70B FP8 TP4 PP8 VP5, 64 GPUs",
 NEMO_70B = ("NeMo 24.07 H100 Llama 3 70B FP8 TP4 PP4 CP2 VP5, 64 GPUs",
             (*NV_70B, "training.global_batch_size=128", "parallelism.tp=4", "parallelism.pp=4", "parallelism.cp=2",
              "parallelism.vp=5"))
+# Llama 3.1 405B as Megatron-Bridge's recipe splits it (llama31_405b_pretrain_config: the embedding and the loss
+# counted as a layer each, 128 units over PP 8 x VP 8), at its 25.09 H100 layout
+BRIDGE_405B = ("Megatron-Bridge 25.09 H100 Llama 3.1 405B FP8 TP8 PP8 CP2 VP8, 1024 GPUs",
+               (*NV_70B, "model=llama405b", "platform.nodes=128", "training.global_batch_size=512", "parallelism.tp=8",
+                "parallelism.pp=8", "parallelism.cp=2", "parallelism.vp=8",
+                "parallelism.account_for_embedding_in_pipeline_split=true",
+                "parallelism.account_for_loss_in_pipeline_split=true"))
 
 # Transformer Engine, apex, mamba and NVIDIA's CUDA-only packages are left out everywhere: they build for one CUDA;
 # the generated scripts use local layers where the image has no Transformer Engine (as on a GPU without it).
@@ -147,14 +154,15 @@ FRAMEWORKS = {
         ("framework=nemo", "framework.flavour=nemo2"), NVIDIA, "script",
         # nemo_run 0.11.1 imports leptonai.api.v1 (gone in leptonai 0.47); pyarrow 20+ needs NumPy 2, NeMo pins < 2
         ((("torch==2.13.0", "nemo_toolkit[llm,run]==2.7.3", "nemo_run==0.11.1", "leptonai==0.26.6", "pyarrow<20")),),
-        published=(NEMO_70B,), lora=True),
+        published=(NEMO_70B, BRIDGE_405B), lora=True),
     "bridge": Framework(
         "Megatron-Bridge 0.3.1 (NeMo Framework 26.02; the newest release for Python 3.11)",
         ("framework=nemo", "framework.flavour=bridge"), NVIDIA, "script",
         (("torch==2.13.0", "megatron-core==0.16.1", "transformers<5", "datasets", "accelerate", "omegaconf>=2.3",
           "tensorboard", "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core==1.3.2", "einops",
           "packaging", "triton==3.9.0", "megatron-energon", "nvidia-modelopt"),
-         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B,), uninstall=("torchvision",), lora=True),
+         ("--no-deps", "megatron-bridge==0.3.1")), published=(BRIDGE_70B, BRIDGE_405B), uninstall=("torchvision",),
+        lora=True),
     "bridge_newest": Framework(
         "Megatron-Bridge 0.6.2 (the newest release; NeMo Framework 26.04 and later) with megatron-core 0.19.2 "
         "(Python 3.12 releases, rehearsed on 3.11: see PYTHON312)",
@@ -163,7 +171,7 @@ FRAMEWORKS = {
           "rich", "wandb", "six", "regex", "pyyaml", "tqdm", "hydra-core>=1.3.4,<1.4", "einops", "packaging",
           "triton==3.9.0", "megatron-energon", "peft", "mistral-common", "diffusers>=0.36.0", "timm",
           "nvidia-modelopt", "typing_extensions"),),
-        published=(BRIDGE_70B,), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2"), lora=True,
+        published=(BRIDGE_70B, BRIDGE_405B), python312=("megatron-core==0.19.2", "megatron-bridge==0.6.2"), lora=True,
         # timm's torchvision from PyPI fails to load beside the CPU torch ("operator torchvision::nms does not
         # exist"), and Bridge's recipes import it only for vision models
         uninstall=("torchvision",)),
@@ -173,7 +181,7 @@ FRAMEWORKS = {
         # the wheels of the device kit (scripts/device_kit.py) that Megatron-LM's training package imports
         (("torch==2.13.0", "megatron-core==0.16.1", "einops==0.8.2", "six==1.17.0", "packaging", "numpy", "pyyaml",
           "regex", "triton==3.9.0", "pydantic"),),
-        "--megatron-lm", "megatron.training.arguments", published=(BRIDGE_70B,)),
+        "--megatron-lm", "megatron.training.arguments", published=(BRIDGE_70B, BRIDGE_405B)),
     "megatron_deepspeed": Framework(
         f"Megatron-DeepSpeed {MEGATRON_DEEPSPEED_COMMIT[:12]} with DeepSpeed 0.19.6 (0.19.7 removed "
         "deepspeed.compression.compress, which its pretrain_gpt.py imports)",
@@ -338,7 +346,7 @@ def points(name: str, models, platforms, sources: Optional[list[Path]], extra: t
                                                 f"methodology={methodology}"))
               for model in models for methodology in METHODOLOGIES for gpu in platforms]
     published = [(label, ("methodology=identical_config", *layout)) for label, layout in fw.published
-                 if "llama70b" in models]
+                 if next(o for o in reversed(layout) if o.startswith("model=")).split("=")[1] in models]
     # LoRA from a base checkpoint: the rehearsal stops before anything is loaded, so the directory named is any that
     # exists (Megatron-Bridge 0.6's validate checks that it does)
     lora = [(f"{model} LoRA {gpu}", (f"platform={PLATFORM[gpu]}", f"platform.gpu={gpu}", f"model={model}",

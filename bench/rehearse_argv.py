@@ -110,6 +110,10 @@ def meta_params(args) -> int | None:
     # then the whole model on one rank: the launch's vocabulary, every layer
     args.tensor_model_parallel_size = args.pipeline_model_parallel_size = args.context_parallel_size = 1
     args.sequence_parallel = args.use_megatron_fsdp = False
+    # one stage: no virtual stages and no split to count the embedding and the loss in (kept, Megatron would build
+    # (layers + 2) / 1 of them on its one non-interleaved stage)
+    args.virtual_pipeline_model_parallel_size = None
+    args.account_for_embedding_in_pipeline_split = args.account_for_loss_in_pipeline_split = False
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/rendezvous", rank=0, world_size=1)
         parallel_state.initialize_model_parallel()

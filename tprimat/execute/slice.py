@@ -37,8 +37,9 @@ from typing import Callable, Optional
 
 from tprimat.results.progress import progress
 from tprimat.spec.build import set_dotted
+from tprimat.spec.flops import stage_layers
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf, ac_period
+from tprimat.spec.schema import TprimatConf, ac_period, pipeline_split
 
 WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
 ROUNDS = 3  # interleaved passes over the four slices
@@ -113,6 +114,12 @@ RUN_SETTINGS = {"training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.
                 "benchmark.projection": "roofline"}
 
 
+# a slice is l layers on each of pp stages: split evenly (the uneven split's heaviest stage is what the surface
+# is evaluated at, stage_layer_count)
+EVEN_SPLIT = {"parallelism.account_for_embedding_in_pipeline_split": False,
+              "parallelism.account_for_loss_in_pipeline_split": False}
+
+
 def upper(step: int, spec_count: float, near: bool) -> int:
     """The larger slice's layers or micro batches, a multiple of ``step``: half the spec's count, at least 2 and at
     most 4 steps (the nearer the spec, the less the machine's noise is amplified by extrapolating); 2 steps when
@@ -126,17 +133,23 @@ def slice_points(spec: TprimatConf, plan: Plan, near: bool = True) -> list[tuple
     """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs. With
     ``near`` (the spec runs on this machine, so half of it does) the larger slice is half the spec's stage."""
     unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
-    layers_up = upper(unit, spec.model.num_layers / pp, near)
+    layers_up = upper(unit, stage_layer_count(spec, pp), near)
     micro_up = upper(pp, plan.grad_accum_steps, near)  # a pipeline runs at least pp micro batches a step
     return [(layers, micro, {"model.num_layers": layers * pp,
-                             "training.global_batch_size": tr.micro_batch_size * plan.dp * micro, **RUN_SETTINGS})
+                             "training.global_batch_size": tr.micro_batch_size * plan.dp * micro, **RUN_SETTINGS,
+                             **EVEN_SPLIT})
             for layers in (unit, layers_up)
             for micro in (pp, micro_up)]
 
 
 def spec_point(spec: TprimatConf, plan: Plan) -> tuple[float, int, dict]:
     """The spec itself, run the way its slices are and in the same rounds (``--verify``)."""
-    return spec.model.num_layers / plan.pp, plan.grad_accum_steps, dict(RUN_SETTINGS)
+    return stage_layer_count(spec, plan.pp), plan.grad_accum_steps, dict(RUN_SETTINGS)
+
+
+def stage_layer_count(spec: TprimatConf, pp: int) -> int:
+    """The layers of the stage with the most: what a step's time scales with (Megatron's uneven split included)."""
+    return max(stage_layers(spec.model.num_layers, pp, *pipeline_split(spec)))
 
 
 def with_settings(config: dict, settings: dict) -> dict:

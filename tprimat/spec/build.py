@@ -151,6 +151,8 @@ IDENTITY_EXCLUDES = ("run_name", "dry_run", "resume_from", "logging", "benchmark
 # identity (resume and compare's repeats match old results)
 LATER_DEFAULTS = {("parallelism", "vp"): 1, ("training", "grad_reduce_in_fp32"): True, ("training", "peft"): "none",
                   ("training", "recompute_num_layers"): None,
+                  ("parallelism", "account_for_embedding_in_pipeline_split"): False,
+                  ("parallelism", "account_for_loss_in_pipeline_split"): False,
                   ("framework", "pretrained_checkpoint"): None,
                   ("training", "lora"): {"rank": 16, "alpha": 32.0, "dropout": 0.1,
                                          "targets": ["linear_qkv", "linear_proj"]}}

@@ -84,21 +84,34 @@ def embedding_params(model: ModelConf) -> int:
     return (padded_vocab(model) + positions) * model.hidden_size
 
 
-def heaviest_stage_params(model: ModelConf, pp: int) -> int:
-    """Parameters of the heaviest pipeline stage: its share of the layers plus the embedding (first stage) or
-    the final norm and output head (last stage), whichever is larger; the whole model when pp == 1."""
+def stage_layers(num_layers: int, pp: int, embedding: bool = False, loss: bool = False) -> list[int]:
+    """Decoder layers on each pipeline rank: an even split, or Megatron-core's uneven one where the embedding
+    (first rank) and the loss (last rank) count as a layer each (``get_num_layers_to_build``, core_v0.16.1:
+    (layers + embedding + loss) / pp per rank, one fewer on the first and the last)."""
+    if pp == 1:
+        return [num_layers]
+    per = (num_layers + embedding + loss) // pp
+    return [per - embedding, *[per] * (pp - 2), per - loss]
+
+
+def heaviest_stage_params(model: ModelConf, pp: int, embedding: bool = False, loss: bool = False) -> int:
+    """Parameters of the heaviest pipeline stage: its layers plus the embedding (first stage) or the final norm
+    and output head (last stage); the whole model when pp == 1. ``embedding``, ``loss``: Megatron's uneven split."""
     if pp == 1:
         return param_counts(model)[0]
     d = dims(model)
-    return d.layers // pp * layer_params(model) + max(embedding_params(model), d.vocab * d.hidden + norm_params(model))
+    layers, per_layer = stage_layers(d.layers, pp, embedding, loss), layer_params(model)
+    head = d.vocab * d.hidden + norm_params(model)
+    return max(layers[0] * per_layer + embedding_params(model), *(n * per_layer for n in layers[1:-1]),
+               layers[-1] * per_layer + head)
 
 
-def trained_stage_params(model: ModelConf, pp: int, lora=None) -> int:
+def trained_stage_params(model: ModelConf, pp: int, lora=None, embedding: bool = False, loss: bool = False) -> int:
     """Parameters of the heaviest stage that have gradients and optimizer state: all of them, or (``lora``) the
     stage's adapters alone."""
     if lora is None:
-        return heaviest_stage_params(model, pp)
-    return lora_layer_params(model, lora) * -(-model.num_layers // pp)
+        return heaviest_stage_params(model, pp, embedding, loss)
+    return lora_layer_params(model, lora) * max(stage_layers(model.num_layers, pp, embedding, loss))
 
 
 def param_counts(model: ModelConf) -> tuple[int, int]:

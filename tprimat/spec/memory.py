@@ -44,7 +44,7 @@ from typing import Optional
 from tprimat.spec import flops, keeps
 from tprimat.spec.flops import dims, heaviest_stage_params, mlp_matrices
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, padded_vocab
+from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, padded_vocab, pipeline_split
 
 GIB = 2**30
 VOCAB_PARALLEL_LOSS_FRAMEWORKS = ("megatron", "nemo", "primus", "torchtitan", "megatron_deepspeed")  # logits
@@ -72,7 +72,7 @@ class MemoryEstimate:
 
 def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimate:
     par, keep = spec.parallelism, keeps.of(spec)
-    params = heaviest_stage_params(model_as_built(spec), par.pp) / par.tp  # the stage that must fit (traced: plan --deep)
+    params = heaviest_stage_params(model_as_built(spec), par.pp, *pipeline_split(spec)) / par.tp  # the stage that must fit
     group = dp * (par.cp if keep.shards_over_cp else 1)
     stage = 3 if par.fsdp else par.zero_stage
     w_shard = group if stage >= 3 else 1
@@ -83,7 +83,7 @@ def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimat
     trained = params  # what has gradients and optimizer state: every parameter, or LoRA's adapters alone
     lora = lora_of(spec)
     if lora is not None:
-        trained = flops.trained_stage_params(spec.model, par.pp, lora) / par.tp
+        trained = flops.trained_stage_params(spec.model, par.pp, lora, *pipeline_split(spec)) / par.tp
         params += trained
     weights = params * keep.weight_bytes / w_shard + linear * keep.fp8_weight_bytes + unit * 2
     unit_grads = unit * 4 if lora is None else 0.0  # a frozen unit produces no weight gradients
@@ -102,9 +102,14 @@ def fsdp_unit_params(spec: TprimatConf) -> float:
     return max(flops.layer_params(spec.model), padded_vocab(model_as_built(spec)) * spec.model.hidden_size)
 
 
+def stage_layer_count(spec: TprimatConf) -> int:
+    """The decoder layers of the pipeline stage with the most (an even split, or Megatron's uneven one)."""
+    return max(flops.stage_layers(spec.model.num_layers, spec.parallelism.pp, *pipeline_split(spec)))
+
+
 def stage_linear_params(spec: TprimatConf) -> float:
     """The decoder layers' parameters on the heaviest stage (what fp8 GEMMs cast), norms included (negligible)."""
-    return flops.layer_params(spec.model) * spec.model.num_layers / spec.parallelism.pp
+    return flops.layer_params(spec.model) * stage_layer_count(spec)
 
 
 def in_flight_micro_batches(spec: TprimatConf, grad_accum_steps: int) -> float:
@@ -140,7 +145,7 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
     split = ((d.q_size + 2 * d.kv_size) * half + d.q_size * (half + proj_in)
              + d.ffn * (2 if gated else 1) * half + d.ffn * fc2_in)  # q/k/v, attention out, FC1 out, FC2 in
     per_layer = tokens * (replicated / seq_shard + split / par.tp)
-    layers = d.layers / par.pp
+    layers = stage_layer_count(spec)
     recomputed = recomputed_layers(spec, layers) if tr.activation_checkpointing == "full" else 0
     layer_input = tokens * d.hidden * half / seq_shard
     per_micro = recomputed * layer_input + (layers - recomputed) * per_layer
@@ -187,7 +192,7 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Option
     out_proj_fp8 = d.q_size if fp8 else 0  # the attention output's fp8 copy (SDPA keeps its own bf16 one)
     split = (2 * d.q_size + 2 * d.kv_size + (ffn_saved - 1) * d.ffn) * half + fc2_input + out_proj_fp8
     per_layer_token = norms / seq_shard + gathered + split / par.tp
-    layers = d.layers / par.pp
+    layers = stage_layer_count(spec)
     full_layer = tokens * per_layer_token
     input_only = tokens * d.hidden * 4 / seq_shard
     recomputed = recomputed_layers(spec, layers)
@@ -254,4 +259,4 @@ def autocast_cache_bytes(spec: TprimatConf) -> float:
     """Cast copies of the local weights that the forward makes and keeps for the backward (``weight_cache_bytes``;
     a recomputed layer's copies are made again in the backward: ``activation_bytes`` takes those off)."""
     par = spec.parallelism
-    return heaviest_stage_params(model_as_built(spec), par.pp) / par.tp * weight_cache_bytes(spec)
+    return heaviest_stage_params(model_as_built(spec), par.pp, *pipeline_split(spec)) / par.tp * weight_cache_bytes(spec)

@@ -30,13 +30,12 @@ Model, each assumption stated in the result's ``projection.assumptions``:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 from tprimat.spec import flops, hardware, keeps, kernels
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of
+from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, pipeline_split
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
 FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
@@ -239,7 +238,7 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
     par, recompute = spec.parallelism, spec.training.activation_checkpointing
     forward = work.ops("layer", "fwd")
     if recompute == "full":  # per layer of the stage: the first N rerun (Megatron's block method), else all
-        layers = math.ceil(spec.model.num_layers / par.pp)
+        layers = max(flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec)))
         return layer_f * full_recompute_layers(spec.training, layers) / layers
     if recompute != "selective":
         return 0.0
@@ -270,9 +269,10 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
 
 
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
+    """The slowest pipeline stage's micro batch: its layers, the output head and loss on the last stage, the
+    embedding where there is one stage (Megatron's uneven split: a middle stage of more layers may be slowest)."""
     par = spec.parallelism
     scale, attn = 1 / par.tp, par.cp / par.tp
-    layers = math.ceil(spec.model.num_layers / par.pp)
     quantize_f, quantize_b = fp8_quantize_s(spec, c)
     layer_f = phase_s(work.ops("layer", "fwd"), c, scale, attn) + quantize_f  # a recomputed layer quantizes again
     attention_f = phase_s([o for o in work.ops("layer", "fwd") if o.kind == "attention"], c, scale, attn)
@@ -280,7 +280,11 @@ def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
     extra_f = recompute_s(spec, work, c, layer_f)
     head = phase_s(work.ops("head", "fwd"), c, scale) + phase_s(work.ops("head", "bwd"), c, scale, backward=True)
     embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
-    return Micro(layers * (layer_f + extra_f + layer_b) + head + embedding, attention_f, layer_b, layers)
+    per_layer = layer_f + extra_f + layer_b
+    ranks = flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec))
+    stages = [(n * per_layer + (head if i == len(ranks) - 1 else 0.0), n) for i, n in enumerate(ranks)]
+    total, layers = max(stages)
+    return Micro(total + embedding, attention_f, layer_b, layers)
 
 
 def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Micro) -> Optional[dict]:
@@ -289,8 +293,8 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     tp, pp, cp, per_node = par.tp, par.pp, par.cp, spec.platform.devices_per_node
     act_bytes = 4 if tr.precision == "fp32" else 2
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
-    stage_params = flops.heaviest_stage_params(model, pp) / tp
-    trained = flops.trained_stage_params(model, pp, lora_of(spec)) / tp  # LoRA: the adapters' gradients alone
+    stage_params = flops.heaviest_stage_params(model, pp, *pipeline_split(spec)) / tp
+    trained = flops.trained_stage_params(model, pp, lora_of(spec), *pipeline_split(spec)) / tp  # LoRA: adapters
     grad_bytes = keeps.of(spec).grad_bytes
     dp_group = Group("dp", dp, tp * cp)
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
@@ -325,7 +329,8 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
     if comm is None:
         return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
                            "--ranks N, or use a device in the hardware table)")
-    local_params = flops.trained_stage_params(model_as_built(spec), par.pp, lora_of(spec)) / par.tp / (
+    trained = flops.trained_stage_params(model_as_built(spec), par.pp, lora_of(spec), *pipeline_split(spec))
+    local_params = trained / par.tp / (
         dp if par.fsdp or par.zero_stage >= 1 else 1)
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
     compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s

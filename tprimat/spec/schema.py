@@ -113,6 +113,12 @@ def full_recompute_layers(training, layers: float) -> float:
     return min(layers, training.recompute_num_layers or layers)
 
 
+def pipeline_split(spec) -> tuple[bool, bool]:
+    """(embedding, loss): which of them a Megatron-core pipeline split counts as a layer."""
+    par = spec.parallelism
+    return par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split
+
+
 def lora_of(spec) -> Optional[LoraConf]:
     """The adapters a spec trains (training.peft=lora), or None when every weight is trained."""
     return spec.training.lora if spec.training.peft == "lora" else None
@@ -156,6 +162,10 @@ class ParallelismConf(Freezable):
     zero_stage: int = 0  # 0-3 (DeepSpeed ZeRO / Megatron distributed optimizer)
     pp_schedule: str = "1f1b"  # gpipe | 1f1b
     vp: int = 1  # virtual pipeline stages per rank (Megatron's interleaved 1F1B); 1: not interleaved
+    # Megatron-core's uneven pipeline split (its TransformerConfig fields): the embedding (first stage) and the loss
+    # (last stage) each count as one layer when the layers are split, so 126 layers make 128 units over pp x vp
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
 
 @dataclass

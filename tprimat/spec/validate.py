@@ -12,12 +12,13 @@ from typing import Optional
 from tprimat.spec import memory
 from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get, incompatible
 from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.flops import stage_layers
 from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.peft import check_peft
 from tprimat.spec.plan import derived_dp, device_memory, world_size
-from tprimat.spec.schema import TprimatConf, ac_period
+from tprimat.spec.schema import TprimatConf, ac_period, pipeline_split
 from tprimat.spec.secrets import wandb_credentials
 
 CHOICES = {
@@ -124,7 +125,7 @@ def check_recompute_layers(spec: TprimatConf) -> list[str]:
     n, tr = spec.training.recompute_num_layers, spec.training
     if n is None:
         return []
-    per_stage = spec.model.num_layers // max(1, spec.parallelism.pp)
+    per_stage = max(stage_layers(spec.model.num_layers, max(1, spec.parallelism.pp), *pipeline_split(spec)))
     if tr.activation_checkpointing != "full" or spec.framework.name not in (*MEGATRON_CORE, "megatron_deepspeed"):
         return [f"training.recompute_num_layers={n}, training.activation_checkpointing={tr.activation_checkpointing}, "
                 f"framework.name={spec.framework.name}: recomputing the first N layers of each stage (Megatron's "
@@ -208,6 +209,15 @@ def check_ranges(spec: TprimatConf) -> list[str]:
     return problems
 
 
+def pipeline_units(spec: TprimatConf) -> tuple[int, str]:
+    """The units Megatron-core splits over pipeline stages (the layers, plus the embedding and the loss where the
+    spec counts them: its ``get_num_layers_to_build``), and the keys that added any, for the message."""
+    embedding, loss = pipeline_split(spec)
+    keys = [key for key, on in (("account_for_embedding_in_pipeline_split", embedding),
+                                ("account_for_loss_in_pipeline_split", loss)) if on]
+    return spec.model.num_layers + len(keys), "".join(f", parallelism.{key}=true" for key in keys)
+
+
 def check_layout(spec: TprimatConf) -> list[str]:
     par, world = spec.parallelism, world_size(spec)
     model_parallel = par.tp * par.pp * par.cp
@@ -223,9 +233,19 @@ def check_layout(spec: TprimatConf) -> list[str]:
     if par.fsdp and par.zero_stage:
         problems.append(f"parallelism.fsdp=true, parallelism.zero_stage={par.zero_stage}: choose one way to "
                         "shard (fsdp for native/torchtitan, zero_stage for DeepSpeed/Megatron)")
-    if par.vp > 1 and (par.pp == 1 or spec.model.num_layers % (par.pp * par.vp)):
-        problems.append(f"parallelism.vp={par.vp}, parallelism.pp={par.pp}, model.num_layers={spec.model.num_layers}: "
-                        "an interleaved schedule needs pp > 1 and num_layers divisible by pp * vp")
+    units, counted = pipeline_units(spec)
+    if par.vp > 1 and (par.pp == 1 or units % (par.pp * par.vp)):
+        problems.append(f"parallelism.vp={par.vp}, parallelism.pp={par.pp}, model.num_layers={spec.model.num_layers}"
+                        f"{counted}: an interleaved schedule needs pp > 1 and num_layers{' + ' if counted else ''}"
+                        f"{'the counted embedding / loss' if counted else ''} divisible by pp * vp")
+    split = [key for key, on in (("parallelism.account_for_embedding_in_pipeline_split",
+                                  par.account_for_embedding_in_pipeline_split),
+                                 ("parallelism.account_for_loss_in_pipeline_split",
+                                  par.account_for_loss_in_pipeline_split)) if on]
+    if split and spec.framework.name not in MEGATRON_CORE:
+        problems.append(f"{'=true, '.join(split)}=true, framework.name={spec.framework.name}: only the Megatron-core "
+                        f"frameworks ({', '.join(MEGATRON_CORE)}) split a pipeline unevenly (their TransformerConfig "
+                        "account_for_*_in_pipeline_split)")
     if par.vp > 1 and spec.framework.name not in MEGATRON_CORE:
         problems.append(f"parallelism.vp={par.vp}, framework.name={spec.framework.name}: only the Megatron-core "
                         f"frameworks ({', '.join(MEGATRON_CORE)}) interleave pipeline stages")
@@ -262,9 +282,10 @@ def check_model(spec: TprimatConf) -> list[str]:
         if getattr(m, key) % par.tp:
             problems.append(f"model.{key}={getattr(m, key)}, parallelism.tp={par.tp}: {key} must be "
                             "divisible by tp")
-    if m.num_layers % par.pp:
-        problems.append(f"model.num_layers={m.num_layers}, parallelism.pp={par.pp}: num_layers must be "
-                        "divisible by pp")
+    units, counted = pipeline_units(spec)
+    if units % par.pp:
+        problems.append(f"model.num_layers={m.num_layers}, parallelism.pp={par.pp}{counted}: num_layers"
+                        f"{' + the counted embedding / loss' if counted else ''} must be divisible by pp")
     if tr.seq_length % par.cp:
         problems.append(f"training.seq_length={tr.seq_length}, parallelism.cp={par.cp}: seq_length must be "
                         "divisible by cp")

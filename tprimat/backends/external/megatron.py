@@ -7,7 +7,7 @@ from pathlib import Path
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf, head_dim_of
+from tprimat.spec.schema import TprimatConf, head_dim_of, pipeline_split
 
 
 def full_recompute(layers) -> dict:
@@ -45,7 +45,11 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
         # Megatron-LM's validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format" (core_v0.16.1)
         "ckpt_format": "fsdp_dtensor" if par.fsdp else None,
-        "num_layers_per_virtual_pipeline_stage": m.num_layers // (par.pp * par.vp) if par.vp > 1 else None,
+        # Megatron's uneven split counts the embedding and the loss as layers, virtual stages included
+        "account_for_embedding_in_pipeline_split": True if par.account_for_embedding_in_pipeline_split else None,
+        "account_for_loss_in_pipeline_split": True if par.account_for_loss_in_pipeline_split else None,
+        "num_layers_per_virtual_pipeline_stage": (m.num_layers + sum(pipeline_split(spec))) // (par.pp * par.vp)
+        if par.vp > 1 else None,
         "grad_reduce_in_bf16": None if tr.grad_reduce_in_fp32 or tr.precision == "fp32" else True,
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
         "fp8_format": "hybrid" if tr.precision == "fp8" else None, **recompute,

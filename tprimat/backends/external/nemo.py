@@ -34,6 +34,8 @@ ARCHITECTURE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_h
                 "kv_channels", "rotary_base", "layernorm_epsilon", "vocab_size", "share_embeddings_and_output_weights",
                 "add_qkv_bias", "seq_length")
 RECOMPUTE = ("recompute_granularity", "recompute_method", "recompute_num_layers")
+# Megatron-core's uneven pipeline split (TransformerConfig fields both flavours set on the model config)
+PIPELINE_SPLIT = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 # Fusions of a recipe's model that need Transformer Engine's kernels (runtime_config_update refuses
 # apply_rope_fusion without TE, Megatron-Bridge 0.3.1): off where the image has no Transformer Engine
 TE_FUSIONS = ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion", "bias_dropout_fusion",
@@ -55,6 +57,7 @@ def values(spec: TprimatConf) -> dict:
             "vp": par.vp if par.vp > 1 else None, "megatron_fsdp": par.fsdp,
             "distributed_optimizer": par.zero_stage >= 1 or par.fsdp, "grad_reduce_in_fp32": tr.grad_reduce_in_fp32,
             **recompute_of(tr.activation_checkpointing, tr.recompute_num_layers),
+            **{key: getattr(par, key) for key in PIPELINE_SPLIT},
             "devices_per_node": spec.platform.devices_per_node, "nodes": spec.platform.nodes, "peft": tr.peft}
 
 
@@ -81,7 +84,7 @@ def bridge_settings(spec: TprimatConf) -> list[tuple]:
              ("sequence_parallel", "model.sequence_parallel", "model.sequence_parallel", v["sequence_parallel"]),
              ("vp", "model.virtual_pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size",
               v["vp"])]
-    rows += [(key, f"model.{key}", f"model.{key}", v[key]) for key in RECOMPUTE]
+    rows += [(key, f"model.{key}", f"model.{key}", v[key]) for key in (*RECOMPUTE, *PIPELINE_SPLIT)]
     if v["megatron_fsdp"]:  # runtime_config_update: "Megatron FSDP only supports fsdp_dtensor checkpoint format"
         rows.append(("ckpt_format", "checkpoint.ckpt_format", "checkpoint.ckpt_format", "fsdp_dtensor"))
     rows += [("megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.use_megatron_fsdp", v["megatron_fsdp"]),
@@ -128,7 +131,7 @@ def nemo2_settings(spec: TprimatConf) -> list[tuple]:
     ``trainer`` (the recipe's Trainer arguments)."""
     v = values(spec)
     rows = [(key, f"model.config.{key}", f"model.config.{key}", v[key]) for key in ARCHITECTURE]
-    rows += [(key, f"model.config.{key}", f"model.config.{key}", v[key]) for key in RECOMPUTE]
+    rows += [(key, f"model.config.{key}", f"model.config.{key}", v[key]) for key in (*RECOMPUTE, *PIPELINE_SPLIT)]
     rows += [("max_steps", "trainer.max_steps", "trainer.max_steps", v["max_steps"]),
              ("log_every_n_steps", "trainer.log_every_n_steps", "trainer.log_every_n_steps", 1),
              ("val_check_interval", "trainer.val_check_interval", "trainer.val_check_interval", v["max_steps"] + 1),

@@ -81,15 +81,18 @@ def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tu
     from tprimat.backends.native.model import Decoder
     from tprimat.backends.native.parallelize import parallelize
     from tprimat.spec.build import build_spec, spec_to_dict
-    from tprimat.spec.schema import ac_period, lora_of
+    from tprimat.spec.flops import stage_layers
+    from tprimat.spec.schema import ac_period, lora_of, pipeline_split
 
     period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
-    layers = spec.model.num_layers // layout.pp
+    layers = max(stage_layers(spec.model.num_layers, layout.pp, *pipeline_split(spec)))  # the stage with the most
     shallow, deeper = depths or (period, 2 * period)
     peaks = []
     for depth in ((layers,) if layers <= deeper else (shallow, deeper)):
         copy = spec_to_dict(spec)
         copy["model"]["num_layers"] = depth * layout.pp
+        copy["parallelism"].update(account_for_embedding_in_pipeline_split=False,  # depth layers on every stage
+                                   account_for_loss_in_pipeline_split=False)
         small = build_spec(copy)
         with torch.device("meta"):
             model = Decoder(small.model, small.training.seed, lora_of(small))
