@@ -55,6 +55,9 @@ Recompute: ``recompute`` (full | selective | null), ``recompute_method`` (unifor
 (AMD's MI300X LoRA configs: full, block, 21 of 80 layers). The held-out v5.0, v4.1 and v4.0 files were committed
 alone (a9159d6, 897bcd5) and scored once without these fields; re-extracted on 2026-11-29 with them (nothing else in
 them changed), their later figures are re-scores, not held-out ones.
+Pipeline split: ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split`` as the config
+sets NeMo's ``model.account_for_*`` (ASYM_PP_EMBED / ASYM_PP_LOSS: every v5.0 Llama 3.1 405B config, 126 layers over
+PP 8 x VP 8); false where unset. Added on 2026-11-29 (evening) by re-extracting every round (nothing else changed).
 
 Throughput
 ----------
@@ -96,13 +99,16 @@ YAML_KEYS = {"tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_mod
              "gpus": "trainer.devices", "fp8": "model.fp8", "fp4": "model.fp4", "fp8_recipe": "model.fp8_recipe",
              "fp4_recipe": "model.fp4_recipe", "seq": "model.encoder_seq_length",
              "acg": "model.activations_checkpoint_granularity", "acm": "model.activations_checkpoint_method",
-             "acl": "model.activations_checkpoint_num_layers"}
+             "acl": "model.activations_checkpoint_num_layers",
+             "split_embedding": "model.account_for_embedding_in_pipeline_split",
+             "split_loss": "model.account_for_loss_in_pipeline_split"}
 ALIASES = {"tp": ("TP", "TENSOR_MODEL_PARALLEL"), "pp": ("PP", "PIPELINE_MODEL_PARALLEL"),
            "cp": ("CP", "CONTEXT_PARALLEL"), "vp": ("VP", "INTERLEAVED_PIPELINE"), "mbs": ("MBS", "MICRO_BATCH_SIZE"),
            "gbs": ("GBS",), "nodes": ("DGXNNODES", "NNODES"), "gpus": ("DGXNGPU", "GPUS_PER_NODE"),
            "fp8": ("FP8",), "fp4": ("FP4",), "fp8_recipe": ("FP8_RECIPE",), "fp4_recipe": ("FP4_RECIPE",),
            "seq": ("MAX_SEQLEN", "SEQ_LEN", "SEQ_LENGTH"), "acg": ("ACG", "RECOMPUTE_GRANULARITY"),
-           "acm": ("ACM", "RECOMPUTE_METHOD"), "acl": ("ACL", "RECOMPUTE_NUM_LAYERS")}
+           "acm": ("ACM", "RECOMPUTE_METHOD"), "acl": ("ACL", "RECOMPUTE_NUM_LAYERS"),
+           "split_embedding": ("ASYM_PP_EMBED",), "split_loss": ("ASYM_PP_LOSS",)}
 LOG_CHECKS = (("lr", ("LR", "MAX_LR"), ("opt_base_learning_rate",)),
               ("max_steps", ("MAX_STEPS",), ("opt_learning_rate_training_steps", "max_steps")),
               ("warmup_steps", ("WARMUP_STEPS",), ("opt_learning_rate_warmup_steps",)),
@@ -597,14 +603,14 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
                "accelerator": accel, "nodes": nodes, "devices_per_node": gpus, "framework": sysj.get("framework")}
         layout = dict.fromkeys(("tp", "pp", "cp", "vp", "micro_batch_size"))
         precision, defaults, layout_from, precision_from = None, [], None, None
-        recompute = dict.fromkeys(RECOMPUTE)
+        recompute = dict.fromkeys((*RECOMPUTE, *SPLIT))
         if passed:
             fields = [{"tp": c["tp"], "pp": c["pp"], "cp": c["cp"], "vp": c["vp"], "micro_batch_size": c["mbs"],
-                       "precision": c["precision"], **recompute_of(c)} for c in passed]
+                       "precision": c["precision"], **recompute_of(c), **split_of(c)} for c in passed]
             agreed = all(f == fields[0] for f in fields)
             if len(passed) == 1 or agreed:
-                layout = {k: v for k, v in fields[0].items() if k != "precision" and k not in RECOMPUTE}
-                recompute = {k: fields[0][k] for k in RECOMPUTE}
+                layout = {k: v for k, v in fields[0].items() if k != "precision" and k not in (*RECOMPUTE, *SPLIT)}
+                recompute = {k: fields[0][k] for k in (*RECOMPUTE, *SPLIT)}
                 precision, precision_from = fields[0]["precision"], passed[0]["precision_from"]
                 defaults = sorted(set().union(*(c["defaults"] for c in passed)))
                 defaults = ["micro_batch_size" if d == "mbs" else d for d in defaults if d != "gbs"]
@@ -668,6 +674,16 @@ def recompute_of(c: dict) -> dict:
     full = granularity == "full"
     return {"recompute": granularity, "recompute_method": c.get("acm") if full else None,
             "recompute_num_layers": as_int(c.get("acl")) if full else None}
+
+
+SPLIT = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def split_of(c: dict) -> dict:
+    """Megatron's uneven pipeline split as the config sets it (NeMo's model.account_for_*_in_pipeline_split, from
+    ASYM_PP_EMBED / ASYM_PP_LOSS): True, or False where it is off or unset."""
+    return {"account_for_embedding_in_pipeline_split": truthy(c.get("split_embedding")) is True,
+            "account_for_loss_in_pipeline_split": truthy(c.get("split_loss")) is True}
 
 
 def main() -> None:

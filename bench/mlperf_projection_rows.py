@@ -73,18 +73,26 @@ def recompute_overrides(r: dict) -> list[str]:
             *([f"training.recompute_num_layers={r['recompute_num_layers']}"] if mode == "full" and block else [])]
 
 
+def split_overrides(r: dict) -> list[str]:
+    """Megatron's uneven pipeline split as the config sets it (the 405B configs: the embedding and the loss counted
+    as a layer each); stated either way, as the degrees are."""
+    return [f"parallelism.{key}={'true' if r.get(key) else 'false'}"
+            for key in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")]
+
+
 def family(r: dict) -> str:
     gpus = r["nodes"] * r["devices_per_node"]
     return (f"{r['round']} {r['benchmark']} {gpu_of(r['accelerator'])} x{gpus} tp{r['tp']} pp{r['pp']} cp{r['cp']} "
             f"vp{r['vp'] or 1} mbs{r['micro_batch_size']} gbs{r['global_batch_size']} {r['precision']}"
-            + "".join(f" {o.split('.')[-1]}" for o in recompute_overrides(r) if not o.endswith("=none")))
+            + "".join(f" {o.split('.')[-1]}" for o in recompute_overrides(r) if not o.endswith("=none"))
+            + (" split" if r.get("account_for_embedding_in_pipeline_split") else ""))
 
 
 def expressed(r: dict) -> dict:
     gpu = gpu_of(r["accelerator"])
     vp = [f"parallelism.vp={r['vp']}"] if (r.get("vp") or 1) > 1 else []
     layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp,
-              *recompute_overrides(r)]
+              *recompute_overrides(r), *split_overrides(r)]
     name = f"MLPerf {r['round']} {r['submitter']} {r['system']} {r['benchmark']}"
     made = row(name, gpu, "amd" if gpu.startswith("mi") else "nvidia", r["nodes"] * r["devices_per_node"],
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],

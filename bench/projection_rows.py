@@ -94,6 +94,9 @@ def titan(name, gpus, gbs, mbs, precision, layout, published, source=TITAN, mode
 
 
 TITAN_70B_2D = [FSDP, *TP8, FULL, COMPILE]
+SPLIT_405B = ["parallelism.account_for_embedding_in_pipeline_split=true",
+              "parallelism.account_for_loss_in_pipeline_split=true"]
+NVL72_256 = ["platform.devices_per_node=64", "platform.nodes=4"]  # 256 GPUs: four NVLink domains of 64
 SCORED = [
     row("H100 8B FP8 FSDP, Megatron-Bridge 25.11", "h100", "nvidia", 8, 128, 1, "fp8", MEGATRON_FSDP, 14451,
         MB + " (25.11)", family="Megatron-Bridge H100 8B FSDP"),
@@ -151,6 +154,24 @@ SCORED = [
         family="Megatron-Bridge B200 8B"),
     row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
         "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
+    # Llama 3.1 405B under Megatron's uneven split: its recipe (llama31_405b_pretrain_config, Megatron-Bridge 0.2 to
+    # 0.4) counts the embedding and the loss as a layer each, 126 + 2 units over pp x vp
+    *[row(f"H100 405B FP8 TP8 PP8 CP2 VP8 x1024 GBS {gbs}, Megatron-Bridge {version}", "h100", "nvidia", 1024, gbs, 1,
+          "fp8", [*megatron_layout(8, 8, 2, 8), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          family="Megatron-Bridge H100 405B")
+      for version, gbs, published in (("25.09", 512, 302), ("25.11", 512, 292), ("26.02", 1536, 311),
+                                       ("26.04.01", 1536, 328), ("26.06", 1536, 326))],
+    *[row(f"B200 405B FP8 TP4 PP8 CP2 VP8 x128, Megatron-Bridge {version}", "b200", "nvidia", 128, 64, 1, "fp8",
+          [*megatron_layout(4, 8, 2, 8), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          family="Megatron-Bridge B200 405B") for version, published in (("25.09", 664), ("25.11", 661))],
+    *[row(f"{gpu.upper()} 405B FP8 TP{tp} PP{pp} CP{cp} VP4 x256, Megatron-Bridge {version}", gpu, "nvidia", 256, 1536, 1,
+          "fp8", [*megatron_layout(tp, pp, cp, 4), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          family=f"Megatron-Bridge {gpu.upper()} 405B TP{tp} PP{pp} CP{cp}", placement=NVL72_256)
+      for gpu, tp, pp, cp, version, published in (
+          ("gb300", 2, 8, 2, "25.11", 999), ("gb300", 2, 8, 2, "26.02.01", 1024), ("gb300", 4, 8, 1, "26.02", 988),
+          ("gb300", 4, 8, 1, "26.04", 1036), ("gb300", 4, 8, 1, "26.04.01", 1024), ("gb300", 4, 8, 1, "26.06", 1048),
+          ("gb200", 4, 16, 1, "25.11", 813), ("gb200", 4, 16, 1, "26.02", 793), ("gb200", 4, 16, 1, "26.02.01", 818),
+          ("gb200", 4, 16, 1, "26.04", 842), ("gb200", 4, 16, 1, "26.04.01", 864), ("gb200", 4, 16, 1, "26.06", 843))],
     # the one 405B row without a pipeline (so without Megatron's uneven split): FSDP 64 x TP 2 on two NVL72 racks,
     # no recompute (its recipe sets none; it offloads most layers' activations to the CPU, which is not modelled)
     row("GB200 405B FP8 FSDP64 TP2 x128, Megatron-Bridge 25.09", "gb200", "nvidia", 128, 64, 1, "fp8",
@@ -176,10 +197,9 @@ NOT_EXPRESSIBLE = [
      "in the spec (LoRA is, training.peft=lora: MLPerf's LoRA rows are scored, bench/mlperf_rows_v51.json)"),
     ("NeMo 24.07's later versions of the same table (vboost: 11883 / 1549; final: 12273 / 1524 for Llama 3 8B / 70B)",
      "versions of the rows above, counted once (the first)"),
-    ("Megatron-Bridge Llama 3.1 405B rows of every section (e.g. H100 x1024 TP8 PP8 CP2 VP8: 302 in 25.09, 292 in "
-     "25.11, 311 / 326 in 26.02-26.06, 328 in 26.04.01; B200 x128: 664 / 661; GB200 / GB300 x256; GB200 x128 at PP 8: "
-     "578), all but 25.09's GB200 x128 at PP 1 (scored above)", "126 layers over pp=8 or 16 is Megatron's uneven split "
-     "(embedding and loss counted as layers: 128 units); the spec splits layers evenly"),
+    ("Megatron-Bridge Llama 3.1 405B MXFP8 / FP8-MX and NVFP4 rows (25.09's GB200 x128 at PP 8: 578, B200 x128: 622 "
+     "/ 624)", "block-scaled FP8 and FP4 are not precisions the spec has (every FP8-CS 405B row is scored above, under "
+     "Megatron's uneven split)"),
     ("NeMo 24.07 GPT3-5B / 20B / 175B", "tprimat translates Llama-style decoders only for NeMo and Megatron-LM (the spec "
      "refuses GPT-2 blocks under framework=nemo)"),
     ("NeMo docs performance_long_sequence.md (Llama 2 7B on H100 with CP, 4k-1M tokens; Llama 3 8B on B200)",

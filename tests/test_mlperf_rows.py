@@ -55,6 +55,10 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
         assert tr.activation_checkpointing == (source.get("recompute") or "none"), r
         block = source.get("recompute_method") == "block"
         assert tr.recompute_num_layers == (source["recompute_num_layers"] if block else None), r
+        # Megatron's uneven pipeline split as the config sets it (ASYM_PP_EMBED / ASYM_PP_LOSS)
+        assert (par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split) == (
+            bool(source.get("account_for_embedding_in_pipeline_split")),
+            bool(source.get("account_for_loss_in_pipeline_split"))), r
 
 
 @pytest.mark.parametrize("name", SETS)
