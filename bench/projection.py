@@ -50,7 +50,7 @@ from families import family_median  # noqa: E402
 from mlperf_projection_rows import load  # noqa: E402
 from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
 
-from tprimat.compose import compose  # noqa: E402
+from tprimat.compose import Composer  # noqa: E402
 from tprimat.execute.prepare import prepare  # noqa: E402
 from tprimat.execute.project import projection_of  # noqa: E402
 from tprimat.spec import kernels, record  # noqa: E402
@@ -104,9 +104,14 @@ CPU_HELD_OUT = [
 CPU = ["platform=cpu", "logging.wandb.mode=disabled"]
 
 
+# the sweep's fast composition (Hydra composes once per choice of config groups; equal to Hydra's own composition,
+# tests/test_sweep.py): the rows share a few dozen choices
+COMPOSER = Composer()
+
+
 def project_row(overrides: list[str], preflight=None) -> dict:
     hw = DetectedHardware("cpu", "projection", 1, 0.0, None)
-    spec = build_spec(compose(overrides), hw)
+    spec = build_spec(COMPOSER.compose(overrides), hw)
     prepared = prepare(spec, hw, dry_run=True)
     if prepared.plan is not None:
         return projection_of(spec, prepared.plan, preflight)

@@ -7,11 +7,13 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tprimat.compose import compose
+from tprimat.compose import Composer
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
 
 sys.path.insert(0, str(ROOT / "bench"))
+# composed as bench/projection.py composes them: the sweep's fast composition, equal to Hydra's (tests/test_sweep.py)
+COMPOSER = Composer()
 from mlperf_projection_rows import load, why_not  # noqa: E402
 
 HW = DetectedHardware("cpu", "test", 1, 0.0, None)
@@ -36,7 +38,7 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
     sources = source_rows(name)
     assert len(expressed) == len(sources) > 0
     for r, source in zip(expressed, sources):
-        spec = build_spec(compose(r["overrides"]), HW)
+        spec = build_spec(COMPOSER.compose(r["overrides"]), HW)
         par, tr, plat = spec.parallelism, spec.training, spec.platform
         assert (par.tp, par.pp, par.cp, par.vp) == (source["tp"], source["pp"], source["cp"], source["vp"] or 1), r
         assert (tr.micro_batch_size, tr.global_batch_size, tr.seq_length) == (

@@ -12,9 +12,11 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tprimat.compose import compose
+from tprimat.compose import Composer
 
 sys.path.insert(0, str(ROOT / "bench"))
+# composed as bench/projection.py composes them: the sweep's fast composition, equal to Hydra's (tests/test_sweep.py)
+COMPOSER = Composer()
 projection_rows = importlib.import_module("projection_rows")
 ROWS = [("scored", r) for r in projection_rows.SCORED] + [
     (module, projection_rows.row(**r)) for module in ("held_out_3", "held_out_4")
@@ -33,7 +35,7 @@ def stated(row: dict) -> dict:
 def test_a_published_row_composes_with_the_layout_its_source_states(where, row):
     """Its degrees, GPUs and recompute; the recompute stated in the row's own overrides, which Hydra applies after
     any methodology's, so that none reaches the row."""
-    composed = compose(row["overrides"])
+    composed = COMPOSER.compose(row["overrides"])
     par, platform = composed["parallelism"], composed["platform"]
     assert {key: par[key] for key in ("tp", "pp", "cp", "vp", "fsdp")} == stated(row), where
     gpus = re.search(r"\bx(\d+)\b", row["name"])
