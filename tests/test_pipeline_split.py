@@ -94,3 +94,19 @@ def test_the_heaviest_stage_is_a_middle_one_by_hand():
     assert p["micro_batch_s"] == pytest.approx(2 * LAYER_S)
     assert p["breakdown_s"]["compute_s"] == pytest.approx(4 * 2 * LAYER_S)
     assert p["breakdown_s"]["bubble_s"] == pytest.approx(3 * 2 * LAYER_S)
+
+
+@pytest.mark.parametrize("head_tflop,slowest_s", [(0.5, 2 * LAYER_S), (10.0, LAYER_S + 0.1)])
+def test_the_slowest_stage_sets_the_micro_batch_head_included(head_tflop, slowest_s):
+    """The same [1, 2, 2, 1] split with an output head on the last stage: a 0.5-TFLOP head (0.005 s forward and
+    backward at 100 TFLOP/s) leaves the middle stages' 2 layers slowest (0.126 s); a 10-TFLOP head (0.1 s) makes
+    the last stage's layer and head (0.163 s) the slowest."""
+    from tprimat.spec.projection import OpCost, Work
+
+    half = head_tflop / 2 * 1e12
+    work = Work({**WORK.parts, "head": {"fwd": [OpCost("matmul", half, 0.0)], "bwd": [OpCost("matmul", half, 0.0)]}})
+    spec = spec_of("platform=nvidia", "platform.gpu=h100", "model=llama_tiny", "model.num_layers=6",
+                   "framework=megatron", "framework.path=.", "platform.devices_per_node=4", "parallelism.pp=4",
+                   "training.global_batch_size=8", "training.micro_batch_size=2", "training.precision=bf16",
+                   "training.activation_checkpointing=none", *BOTH)
+    assert project(spec, work, ROUND, dp=1, accum=4, peak_tflops=None)["micro_batch_s"] == pytest.approx(slowest_s)

@@ -76,6 +76,29 @@ def test_transformer_engines_fp8_quantization_moves_its_bytes_by_hand(framework,
     assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * (4 * (LAYER_S + forward + backward) + rerun))
 
 
+@pytest.mark.parametrize("gpu,overrides,forward,backward", [
+    # Blackwell's FP8 GEMMs take any layout: no column-wise copies, 3 bytes an element (read 2, write 1)
+    ("b200", [], 512 * (256 + 896) * 3, 512 * (384 + 2 * 896 + 2 * 256) * 3),
+    # tp 2 with sequence parallelism on an H100: the output and down projections' inputs and QKV's and up/gate's
+    # gradients split over tp (4 bytes); QKV's and up/gate's inputs copied column-wise after the all-gather, over
+    # all 512 tokens (read 1, write 1); the output and down projections' gradients quantized row-wise on the 256-token
+    # shard (3) and copied column-wise over all 512 (2)
+    ("h100", ["parallelism.tp=2", "parallelism.sequence_parallel=true", "platform.devices_per_node=2"],
+     512 * (256 + 896) / 2 * 4 + 2 * 512 * 256 * 2,
+     512 * (384 + 2 * 896) / 2 * 4 + 2 * (256 * 256 * 3 + 512 * 256 * 2)),
+    # tp 2 without it: those two gradients are the whole sequence on every rank (4 bytes)
+    ("h100", ["parallelism.tp=2", "platform.devices_per_node=2"],
+     512 * (256 + 896) / 2 * 4, 512 * (384 + 2 * 896) / 2 * 4 + 2 * 512 * 256 * 4)])
+def test_fp8_quantize_bytes_follow_the_gpu_and_the_layout_by_hand(gpu, overrides, forward, backward):
+    """llama_tiny (hidden 256, ffn 896, q 256, kv 64) over 2 x 256 tokens at 1000 GB/s, Megatron-LM."""
+    from tprimat.spec.projection import fp8_quantize_s
+
+    spec = build_spec(compose(["platform=nvidia", f"platform.gpu={gpu}", "model=llama_tiny", "framework=megatron",
+                               "framework.path=.", "training.precision=fp8", "training.micro_batch_size=2",
+                               "training.global_batch_size=4", "parallelism.fsdp=false", *overrides]))
+    assert fp8_quantize_s(spec, ROUND) == pytest.approx((forward / 1000e9, backward / 1000e9))
+
+
 def test_data_parallel_step_by_hand():
     spec = spec_of("platform.devices_per_node=2", "parallelism.fsdp=false", "training.global_batch_size=8",
                    "training.micro_batch_size=2")

@@ -90,7 +90,7 @@ def stage_layers(num_layers: int, pp: int, embedding: bool = False, loss: bool =
     (layers + embedding + loss) / pp per rank, one fewer on the first and the last)."""
     if pp == 1:
         return [num_layers]
-    per = (num_layers + embedding + loss) // pp
+    per = -(-(num_layers + embedding + loss) // pp)  # exact where validation holds; rounded up where it does not
     return [per - embedding, *[per] * (pp - 2), per - loss]
 
 

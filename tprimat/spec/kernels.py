@@ -72,9 +72,18 @@ def attention_kernel(framework: str) -> AttentionKernel:
 # row-wise for the data gradient and column-wise for the weight's ("dgrad GEMM requires row-wise usage, wgrad GEMM
 # requires column-wise usage"; row-wise alone when the weight is frozen). Megatron-LM, NeMo and Primus build their
 # layers from Transformer Engine; the torchao float8 of torchtitan and the native trainer is not modelled here.
+# On Blackwell (sm_100 and later) tensor-scaled FP8 GEMMs take any layout, so no column-wise copy is made
+# (common/transformer_engine.cpp ``nvte_is_non_tn_fp8_gemm_supported``; csrc/quantizer.cpp: ``with_transpose =
+# columnwise_usage && !non_tn``); Hopper's need it. ROCm's Transformer Engine (Primus on CDNA) is not read here: taken as
+# Hopper's. Under sequence parallelism the gathered tensors' column-wise copies are made after the FP8 all-gather, over
+# the whole sequence (module/base.py ``grad_output_preprocess``, layernorm_linear.py, distributed.py ``_all_gather_fp8``).
+# Current scaling (an amax pass before each cast, and norms not fused with the quantize) is not what tprimat's
+# Megatron-core launches run (delayed scaling), so it is not modelled: rows that ran it are under-counted here.
 TE_FP8_FRAMEWORKS = ("megatron", "nemo", "primus")
-TE_FP8_SOURCE = ("Transformer Engine module/linear.py (input and grad_output quantizers' row-/column-wise usage) "
-                 "and module/layernorm_linear.py (with_quantized_norm)")
+TE_FP8_NO_TRANSPOSE = ("Blackwell",)
+TE_FP8_SOURCE = ("Transformer Engine module/linear.py (input and grad_output quantizers' row-/column-wise usage), "
+                 "module/layernorm_linear.py (with_quantized_norm) and transformer_engine.cpp "
+                 "(nvte_is_non_tn_fp8_gemm_supported: no transposed copies on Blackwell)")
 
 # torchtitan's selective recompute per op ("op" SAC, torchtitan/distributed/activation_checkpoint.py and, in
 # 2024, torchtitan/parallelisms/parallelize_llama.py ``_save_list``): the outputs of matmuls are saved except

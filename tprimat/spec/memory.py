@@ -145,14 +145,20 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
     split = ((d.q_size + 2 * d.kv_size) * half + d.q_size * (half + proj_in)
              + d.ffn * (2 if gated else 1) * half + d.ffn * fc2_in)  # q/k/v, attention out, FC1 out, FC2 in
     per_layer = tokens * (replicated / seq_shard + split / par.tp)
-    layers = stage_layer_count(spec)
-    recomputed = recomputed_layers(spec, layers) if tr.activation_checkpointing == "full" else 0
     layer_input = tokens * d.hidden * half / seq_shard
-    per_micro = recomputed * layer_input + (layers - recomputed) * per_layer
+
+    def stage(layers: int) -> tuple[float, float]:
+        """One micro batch's saved tensors on a stage of ``layers``, and one layer rebuilt in its backward."""
+        recomputed = recomputed_layers(spec, layers) if tr.activation_checkpointing == "full" else 0
+        return recomputed * layer_input + (layers - recomputed) * per_layer, per_layer if recomputed else 0.0
+
+    # the first stage holds the most micro batches in flight, the last one the loss (Megatron's uneven split: each
+    # has a layer fewer than the middle stages, whose fewer micro batches in flight outweigh their one more layer)
+    ranks = flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec))
+    (first_micro, first_rebuilt), (last_micro, last_rebuilt) = stage(ranks[0]), stage(ranks[-1])
     loss = tokens * 4 * (d.hidden + d.vocab) / par.tp
-    rebuilt = per_layer if recomputed else 0.0
-    first = per_micro * in_flight_micro_batches(spec, grad_accum_steps) + rebuilt
-    return max(first, per_micro + rebuilt + loss) if par.pp > 1 else first + loss
+    first = first_micro * in_flight_micro_batches(spec, grad_accum_steps) + first_rebuilt
+    return max(first, last_micro + last_rebuilt + loss) if par.pp > 1 else first + loss
 
 
 def gemm_inputs(spec: TprimatConf, half: int) -> tuple[float, float, float, float]:

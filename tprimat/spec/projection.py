@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tprimat.spec import flops, hardware, keeps, kernels
+from tprimat.spec import flops, hardware, keeps, kernels, record
 from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, pipeline_split
 
@@ -46,8 +46,9 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
-    "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus): its quantize kernels over HBM, the unfused inputs "
-    "forward and every output gradient backward, each read in BF16 and written row- and column-wise in FP8",
+    "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus), delayed scaling: its quantize kernels over HBM, the "
+    "unfused inputs forward and every output gradient backward, read in BF16 and written row-wise in FP8, and "
+    "column-wise where the weight trains and the GPU needs the copy (not Blackwell); current scaling is not modelled",
 )
 
 
@@ -250,22 +251,30 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
 
 
 def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
-    """One layer's forward and backward seconds in Transformer Engine's FP8 quantization kernels
-    (``kernels.TE_FP8_SOURCE``), at HBM bandwidth: each reads a BF16 tensor (2 bytes an element) and writes it in
-    FP8 row-wise and, where the weight takes a gradient, column-wise (1 + 1). Forward: the inputs of the output and
-    down projections (the QKV and up/gate inputs come quantized from their fused norms); backward: the output
-    gradients of all four linears. Each tensor's tokens and width split over cp and tp."""
+    """One layer's forward and backward seconds in Transformer Engine's FP8 quantize kernels (``kernels.TE_FP8_SOURCE``,
+    delayed scaling, as tprimat's Megatron-core launches run it), at HBM bandwidth. A quantize reads the BF16 tensor
+    (2 bytes an element) and writes it row-wise in FP8 (1), and column-wise (1 more) where the weight takes a
+    gradient and the GPU's FP8 GEMMs need the transposed copy (not Blackwell's: ``kernels.TE_FP8_NO_TRANSPOSE``).
+    Forward: the output and down projections' inputs (QKV's and up/gate's come quantized from their fused norms; under
+    sequence parallelism their column-wise copy is made after the all-gather, over the whole sequence). Backward:
+    every linear's output gradient; the output and down projections' are the whole sequence on every rank, or under
+    sequence parallelism a shard quantized row-wise, gathered, and copied column-wise over the whole sequence."""
     tr, par = spec.training, spec.parallelism
     if tr.precision != "fp8" or spec.framework.name not in kernels.TE_FP8_FRAMEWORKS or not c.memory_gb_s:
         return 0.0, 0.0
     model = model_as_built(spec)
     d = flops.dims(model)
     gated = flops.mlp_matrices(model) - 1  # the up projection's outputs: gate and up (SwiGLU), or up alone
-    per_element = 2 + (1 if lora_of(spec) is not None else 2)  # frozen base weights: row-wise alone
-    tokens = tr.micro_batch_size * tr.seq_length / par.cp / par.tp
-    forward = d.q_size + d.ffn
-    backward = (d.q_size + 2 * d.kv_size) + d.hidden + gated * d.ffn + d.hidden
-    return tuple(tokens * width * per_element / (c.memory_gb_s * 1e9) for width in (forward, backward))
+    transposed = lora_of(spec) is None and record.GPU_CLASSES.get(spec.platform.gpu) not in kernels.TE_FP8_NO_TRANSPOSE
+    col = 1 if transposed else 0
+    tp, sp = par.tp, par.sequence_parallel and par.tp > 1
+    tokens = tr.micro_batch_size * tr.seq_length / par.cp  # this rank's whole sequence (its CP share)
+    sharded = tokens * (d.q_size + d.ffn) / tp * (3 + col)  # output and down projections' inputs, split over tp
+    gathered = 2 * tokens * d.hidden * 2 * col if sp else 0.0  # QKV's and up/gate's column-wise copies after the gather
+    outputs = tokens * ((d.q_size + 2 * d.kv_size) + gated * d.ffn) / tp * (3 + col)  # QKV's and up/gate's gradients
+    row_parallel = 2 * (tokens / tp * d.hidden * 3 + tokens * d.hidden * 2 * col if sp else tokens * d.hidden * (3 + col))
+    bandwidth = c.memory_gb_s * 1e9
+    return (sharded + gathered) / bandwidth, (outputs + row_parallel) / bandwidth
 
 
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
