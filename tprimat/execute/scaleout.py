@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 
 from tprimat.execute.slice import throughput
-from tprimat.spec.flops import stage_layers
+from tprimat.spec.flops import stages_of
 from tprimat.spec.plan import Plan
 from tprimat.spec.projection import Micro, ceilings, communication, micro_batch
-from tprimat.spec.schema import TprimatConf, pipeline_split
+from tprimat.spec.schema import TprimatConf
 
 ONE_DEVICE = {"platform.nodes": 1, "platform.devices_per_node": 1, "parallelism.tp": 1, "parallelism.pp": 1,
               "parallelism.cp": 1, "parallelism.vp": 1, "parallelism.dp": None, "parallelism.fsdp": False,
@@ -71,7 +71,7 @@ def measured_micro(spec: TprimatConf, surface: dict, work, found) -> Micro:
     """One micro batch of the heaviest stage from the measured surface, split over tp x cp; its attention and
     backward shares as the roofline's trace has them (what context-parallel and data-parallel traffic hide behind)."""
     par = spec.parallelism
-    layers = max(stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec)))  # the stage with the most
+    layers = max(stages_of(spec))  # the stage with the most
     micro_s = (layers * surface["per_layer_micro_s"] + surface["per_micro_s"]) / (par.tp * par.cp)
     modelled = micro_batch(spec, work, found)
     share = micro_s / modelled.total_s

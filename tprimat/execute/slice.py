@@ -37,9 +37,9 @@ from typing import Callable, Optional
 
 from tprimat.results.progress import progress
 from tprimat.spec.build import set_dotted
-from tprimat.spec.flops import stage_layers
+from tprimat.spec.flops import stages_of
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf, ac_period, pipeline_split
+from tprimat.spec.schema import TprimatConf, ac_period
 
 WARMUP_STEPS = 2  # allocator, autotuning and compilation settle
 ROUNDS = 3  # interleaved passes over the four slices
@@ -115,7 +115,7 @@ RUN_SETTINGS = {"training.max_steps": WARMUP_STEPS + MEASURED_STEPS, "benchmark.
 
 
 # a slice is l layers on each of pp stages: split evenly (the uneven split's heaviest stage is what the surface
-# is evaluated at, stage_layer_count)
+# is evaluated at)
 EVEN_SPLIT = {"parallelism.account_for_embedding_in_pipeline_split": False,
               "parallelism.account_for_loss_in_pipeline_split": False}
 
@@ -133,7 +133,7 @@ def slice_points(spec: TprimatConf, plan: Plan, near: bool = True) -> list[tuple
     """(layers per stage, micro batches, the settings that cut the spec to that slice) for the four runs. With
     ``near`` (the spec runs on this machine, so half of it does) the larger slice is half the spec's stage."""
     unit, pp, tr = recompute_unit(spec), plan.pp, spec.training
-    layers_up = upper(unit, stage_layer_count(spec, pp), near)
+    layers_up = upper(unit, max(stages_of(spec)), near)
     micro_up = upper(pp, plan.grad_accum_steps, near)  # a pipeline runs at least pp micro batches a step
     return [(layers, micro, {"model.num_layers": layers * pp,
                              "training.global_batch_size": tr.micro_batch_size * plan.dp * micro, **RUN_SETTINGS,
@@ -144,12 +144,7 @@ def slice_points(spec: TprimatConf, plan: Plan, near: bool = True) -> list[tuple
 
 def spec_point(spec: TprimatConf, plan: Plan) -> tuple[float, int, dict]:
     """The spec itself, run the way its slices are and in the same rounds (``--verify``)."""
-    return stage_layer_count(spec, plan.pp), plan.grad_accum_steps, dict(RUN_SETTINGS)
-
-
-def stage_layer_count(spec: TprimatConf, pp: int) -> int:
-    """The layers of the stage with the most: what a step's time scales with (Megatron's uneven split included)."""
-    return max(stage_layers(spec.model.num_layers, pp, *pipeline_split(spec)))
+    return max(stages_of(spec)), plan.grad_accum_steps, dict(RUN_SETTINGS)  # the stage with the most layers
 
 
 def with_settings(config: dict, settings: dict) -> dict:

@@ -88,10 +88,17 @@ def stage_layers(num_layers: int, pp: int, embedding: bool = False, loss: bool =
     """Decoder layers on each pipeline rank: an even split, or Megatron-core's uneven one where the embedding
     (first rank) and the loss (last rank) count as a layer each (``get_num_layers_to_build``, core_v0.16.1:
     (layers + embedding + loss) / pp per rank, one fewer on the first and the last)."""
-    if pp == 1:
+    if pp <= 1:
         return [num_layers]
     per = -(-(num_layers + embedding + loss) // pp)  # exact where validation holds; rounded up where it does not
     return [per - embedding, *[per] * (pp - 2), per - loss]
+
+
+def stages_of(spec) -> list[int]:
+    """Each pipeline rank's decoder layers under a spec's pp and Megatron split (``stage_layers``)."""
+    par = spec.parallelism
+    return stage_layers(spec.model.num_layers, par.pp, par.account_for_embedding_in_pipeline_split,
+                        par.account_for_loss_in_pipeline_split)
 
 
 def heaviest_stage_params(model: ModelConf, pp: int, embedding: bool = False, loss: bool = False) -> int:

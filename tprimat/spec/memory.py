@@ -102,14 +102,9 @@ def fsdp_unit_params(spec: TprimatConf) -> float:
     return max(flops.layer_params(spec.model), padded_vocab(model_as_built(spec)) * spec.model.hidden_size)
 
 
-def stage_layer_count(spec: TprimatConf) -> int:
-    """The decoder layers of the pipeline stage with the most (an even split, or Megatron's uneven one)."""
-    return max(flops.stage_layers(spec.model.num_layers, spec.parallelism.pp, *pipeline_split(spec)))
-
-
 def stage_linear_params(spec: TprimatConf) -> float:
     """The decoder layers' parameters on the heaviest stage (what fp8 GEMMs cast), norms included (negligible)."""
-    return flops.layer_params(spec.model) * stage_layer_count(spec)
+    return flops.layer_params(spec.model) * max(flops.stages_of(spec))
 
 
 def in_flight_micro_batches(spec: TprimatConf, grad_accum_steps: int) -> float:
@@ -154,7 +149,7 @@ def megatron_activation_bytes(spec: TprimatConf, grad_accum_steps: int) -> float
 
     # the first stage holds the most micro batches in flight, the last one the loss (Megatron's uneven split: each
     # has a layer fewer than the middle stages, whose fewer micro batches in flight outweigh their one more layer)
-    ranks = flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec))
+    ranks = flops.stages_of(spec)
     (first_micro, first_rebuilt), (last_micro, last_rebuilt) = stage(ranks[0]), stage(ranks[-1])
     loss = tokens * 4 * (d.hidden + d.vocab) / par.tp
     first = first_micro * in_flight_micro_batches(spec, grad_accum_steps) + first_rebuilt
@@ -198,7 +193,7 @@ def activation_bytes(spec: TprimatConf, grad_accum_steps: int, in_flight: Option
     out_proj_fp8 = d.q_size if fp8 else 0  # the attention output's fp8 copy (SDPA keeps its own bf16 one)
     split = (2 * d.q_size + 2 * d.kv_size + (ffn_saved - 1) * d.ffn) * half + fc2_input + out_proj_fp8
     per_layer_token = norms / seq_shard + gathered + split / par.tp
-    layers = stage_layer_count(spec)
+    layers = max(flops.stages_of(spec))  # the stage with the most
     full_layer = tokens * per_layer_token
     input_only = tokens * d.hidden * 4 / seq_shard
     recomputed = recomputed_layers(spec, layers)

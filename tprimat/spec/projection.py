@@ -239,7 +239,7 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
     par, recompute = spec.parallelism, spec.training.activation_checkpointing
     forward = work.ops("layer", "fwd")
     if recompute == "full":  # per layer of the stage: the first N rerun (Megatron's block method), else all
-        layers = max(flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec)))
+        layers = max(flops.stages_of(spec))
         return layer_f * full_recompute_layers(spec.training, layers) / layers
     if recompute != "selective":
         return 0.0
@@ -290,7 +290,7 @@ def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:
     head = phase_s(work.ops("head", "fwd"), c, scale) + phase_s(work.ops("head", "bwd"), c, scale, backward=True)
     embedding = phase_s(work.ops("embedding", "fwd") + work.ops("embedding", "bwd"), c) if par.pp == 1 else 0.0
     per_layer = layer_f + extra_f + layer_b
-    ranks = flops.stage_layers(spec.model.num_layers, par.pp, *pipeline_split(spec))
+    ranks = flops.stages_of(spec)
     stages = [(n * per_layer + (head if i == len(ranks) - 1 else 0.0), n) for i, n in enumerate(ranks)]
     total, layers = max(stages)
     return Micro(total + embedding, attention_f, layer_b, layers)

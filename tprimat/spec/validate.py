@@ -12,7 +12,7 @@ from typing import Optional
 from tprimat.spec import memory
 from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get, incompatible
 from tprimat.spec.detect import DetectedHardware
-from tprimat.spec.flops import stage_layers
+from tprimat.spec.flops import stages_of
 from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.keeps import MEGATRON_CORE
@@ -125,7 +125,7 @@ def check_recompute_layers(spec: TprimatConf) -> list[str]:
     n, tr = spec.training.recompute_num_layers, spec.training
     if n is None:
         return []
-    per_stage = max(stage_layers(spec.model.num_layers, max(1, spec.parallelism.pp), *pipeline_split(spec)))
+    per_stage = max(stages_of(spec))
     if tr.activation_checkpointing != "full" or spec.framework.name not in (*MEGATRON_CORE, "megatron_deepspeed"):
         return [f"training.recompute_num_layers={n}, training.activation_checkpointing={tr.activation_checkpointing}, "
                 f"framework.name={spec.framework.name}: recomputing the first N layers of each stage (Megatron's "

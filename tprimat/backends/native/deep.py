@@ -81,11 +81,11 @@ def trace_by_depth(spec, layout, depths: Optional[tuple[int, int]] = None) -> tu
     from tprimat.backends.native.model import Decoder
     from tprimat.backends.native.parallelize import parallelize
     from tprimat.spec.build import build_spec, spec_to_dict
-    from tprimat.spec.flops import stage_layers
-    from tprimat.spec.schema import ac_period, lora_of, pipeline_split
+    from tprimat.spec.flops import stages_of
+    from tprimat.spec.schema import ac_period, lora_of
 
     period = ac_period(spec.training.ac_frequency) if spec.training.activation_checkpointing == "selective" else 1
-    layers = max(stage_layers(spec.model.num_layers, layout.pp, *pipeline_split(spec)))  # the stage with the most
+    layers = max(stages_of(spec))  # the stage with the most
     shallow, deeper = depths or (period, 2 * period)
     peaks = []
     for depth in ((layers,) if layers <= deeper else (shallow, deeper)):
