@@ -10,16 +10,16 @@ docs/benchmarks.md, and nothing in ``tprimat/spec`` is changed for it afterwards
 a tuned-on set, and a fourth one is written.
 """
 
-from projection_rows import COMPILE, FSDP, FULL, GRAND_TETON, NEMO, TITAN, llama2, megatron_layout
+from projection_rows import COMPILE, DELAYED, FSDP, FULL, GRAND_TETON, NEMO, TITAN, llama2, megatron_layout
 
 CP8_256K = [FSDP, FULL, COMPILE, *GRAND_TETON, "training.seq_length=262144", "parallelism.cp=8",
             "model.max_position_embeddings=262144"]
 
 
 def nemo(name, gpus, gbs, layout, published, model) -> dict:
-    """A row of NeMo 24.07's pre-training table: DGX-H100, FP8, micro batch 1, 4,096 tokens."""
+    """A row of NeMo 24.07's pre-training table: DGX-H100, FP8 (delayed scaling), micro batch 1, 4,096 tokens."""
     return dict(name=f"H100 {name} FP8, NeMo 24.07", gpu="h100", platform="nvidia", gpus=gpus, gbs=gbs, mbs=1,
-                precision="fp8", layout=[*layout, "training.seq_length=4096"], published=published, source=NEMO,
+                precision="fp8", layout=[*layout, "training.seq_length=4096", DELAYED], published=published, source=NEMO,
                 model=model, framework="nemo")
 
 

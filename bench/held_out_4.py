@@ -12,7 +12,7 @@ then ``tprimat/spec`` changed (2026-11-28: a part without a measured matmul ceil
 fraction of peak), so these rows are no longer held out (docs/benchmarks.md says so).
 """
 
-from projection_rows import MB, MEGATRON_FSDP
+from projection_rows import CURRENT, MB, MEGATRON_FSDP
 
 
 def gb(gpu: str, model: str, gpus: int, gbs: int, version: str, published: float, layout: list, family: str) -> dict:
@@ -20,7 +20,7 @@ def gb(gpu: str, model: str, gpus: int, gbs: int, version: str, published: float
     size = "70B" if model == "llama70b" else "8B"
     return dict(name=f"{gpu.upper()} {size} FP8 x{gpus} GBS {gbs}, Megatron-Bridge {version}", gpu=gpu, platform="nvidia",
                 gpus=gpus, gbs=gbs, mbs=2, precision="fp8",
-                layout=[*layout, f"platform.devices_per_node={gpus}", "platform.nodes=1"], published=published,
+                layout=[*layout, CURRENT, f"platform.devices_per_node={gpus}", "platform.nodes=1"], published=published,
                 source=f"{MB} ({version})", model=model, framework="megatron", family=family)
 
 

@@ -15,6 +15,7 @@ one GPU at one scale, from several submitters) share a family and count once.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from projection_rows import row
@@ -57,7 +58,31 @@ def why_not(r: dict) -> str | None:
         return f"its layout is not known ({', '.join(missing)}: {r['match']})"
     if r["precision"] not in PRECISIONS:
         return f"precision {r['precision']}: the hardware table has no spec-sheet peak for it"
+    if r["precision"] == "fp8" and scaling_of(r) is None:
+        return f"FP8 recipe {fp8_recipe_of(r)}: block-scaled FP8 is not a precision the spec has"
     return None
+
+
+# Transformer Engine's FP8 scaling as the config sets it (FP8_RECIPE, or its implementation yaml's default:
+# bench/mlperf_layouts.py writes it into precision_from): tensorwise and Float8CurrentScaling are current scaling;
+# delayed and DelayedScaling, or nothing named by config or yaml, delayed: the frameworks' own default then (NeMo 2's
+# MegatronMixedPrecision fp8_recipe="delayed", Transformer Engine's fp8_autocast DelayedScaling under NeMo 1, AMD's
+# train.py fp8="hybrid" with an amax history)
+SCALING = {"tensorwise": "current", "Float8CurrentScaling": "current", "delayed": "delayed", "DelayedScaling": "delayed",
+           None: "delayed"}
+
+
+def fp8_recipe_of(r: dict) -> str | None:
+    match = re.search(r"FP8_RECIPE=(\S+)", r.get("precision_from") or "")
+    return match.group(1).strip("\"'") if match else None
+
+
+def scaling_of(r: dict) -> str | None:
+    return SCALING.get(fp8_recipe_of(r))
+
+
+def scaling_overrides(r: dict) -> list[str]:
+    return [f"training.fp8.recipe={scaling_of(r)}"] if r["precision"] == "fp8" else []
 
 
 def recompute_overrides(r: dict) -> list[str]:
@@ -92,7 +117,7 @@ def expressed(r: dict) -> dict:
     gpu = gpu_of(r["accelerator"])
     vp = [f"parallelism.vp={r['vp']}"] if (r.get("vp") or 1) > 1 else []
     layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp,
-              *recompute_overrides(r), *split_overrides(r)]
+              *recompute_overrides(r), *split_overrides(r), *scaling_overrides(r)]
     name = f"MLPerf {r['round']} {r['submitter']} {r['system']} {r['benchmark']}"
     made = row(name, gpu, "amd" if gpu.startswith("mi") else "nvidia", r["nodes"] * r["devices_per_node"],
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],

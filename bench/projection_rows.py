@@ -21,6 +21,11 @@ ASYNC_TP = "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan
 TRAINY = "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
 
 
+TE_FRAMEWORKS = ("megatron", "nemo", "primus")
+RECIPE = "training.fp8.recipe="
+CURRENT, DELAYED = RECIPE + "current", RECIPE + "delayed"
+
+
 def nodes(gpus: int) -> list[str]:
     return [f"platform.devices_per_node={min(gpus, 8)}", f"platform.nodes={max(gpus // 8, 1)}"]
 
@@ -41,6 +46,12 @@ def row(name, gpu, platform, gpus, gbs, mbs, precision, layout, published, sourc
     # the methodology's tuned selective recompute leaked into the 70B rows until 2026-11-29
     if not any(o.startswith("training.activation_checkpointing=") for o in layout):
         unnamed.append("training.activation_checkpointing=none")
+    # and so is Transformer Engine's FP8 scaling, which a Megatron-core row must state (tprimat's default, tensorwise,
+    # is current scaling there): Megatron-Bridge's performance scripts run FP8 as fp8_cs, current scaling with every
+    # layer in FP8 (scripts/performance/utils/precision.py, v0.2.0 to v0.6.0: its archive's "FP8" and "FP8-CS");
+    # NeMo 24.07's launcher yamls delayed scaling (fp8_hybrid, an amax history of 1,024); MLPerf's as its config sets
+    if precision == "fp8" and framework in TE_FRAMEWORKS and not any(o.startswith(RECIPE) for o in layout):
+        raise ValueError(f"{name}: a Megatron-core FP8 row states its Transformer Engine scaling ({RECIPE}...)")
     overrides = [f"platform={platform}", f"platform.gpu={gpu}", *model_overrides, f"framework={framework}",
                  SEQ, f"training.global_batch_size={gbs}", f"training.micro_batch_size={mbs}",
                  f"training.precision={precision}", *(placement or nodes(gpus)), *unnamed, *layout]
@@ -98,11 +109,11 @@ SPLIT_405B = ["parallelism.account_for_embedding_in_pipeline_split=true",
               "parallelism.account_for_loss_in_pipeline_split=true"]
 NVL72_256 = ["platform.devices_per_node=64", "platform.nodes=4"]  # 256 GPUs: four NVLink domains of 64
 SCORED = [
-    row("H100 8B FP8 FSDP, Megatron-Bridge 25.11", "h100", "nvidia", 8, 128, 1, "fp8", MEGATRON_FSDP, 14451,
+    row("H100 8B FP8 FSDP, Megatron-Bridge 25.11", "h100", "nvidia", 8, 128, 1, "fp8", [*MEGATRON_FSDP, CURRENT], 14451,
         MB + " (25.11)", family="Megatron-Bridge H100 8B FSDP"),
-    row("H100 8B FP8 FSDP, Megatron-Bridge 25.09", "h100", "nvidia", 8, 128, 1, "fp8", MEGATRON_FSDP, 14079,
+    row("H100 8B FP8 FSDP, Megatron-Bridge 25.09", "h100", "nvidia", 8, 128, 1, "fp8", [*MEGATRON_FSDP, CURRENT], 14079,
         MB + " (25.09)", family="Megatron-Bridge H100 8B FSDP"),
-    row("H100 8B FP8 CP2, NeMo 24.07", "h100", "nvidia", 8, 128, 1, "fp8", megatron_layout(cp=2), 12036, NEMO,
+    row("H100 8B FP8 CP2, NeMo 24.07", "h100", "nvidia", 8, 128, 1, "fp8", [*megatron_layout(cp=2), DELAYED], 12036, NEMO,
         framework="nemo"),
     titan("H100 8B BF16 FSDP, torchtitan", 8, 16, 2, "bf16", [FSDP, SEL], 5762, family="torchtitan 8B BF16 FSDP"),
     titan("H100 8B BF16 FSDP x128, torchtitan", 128, 256, 2, "bf16", [FSDP, SEL], 5605, family="torchtitan 8B BF16 FSDP"),
@@ -134,38 +145,38 @@ SCORED = [
           gpu="h200", family="torchtitan H200 8B FP8"),
     titan("H200 8B FP8 FSDP+compile x64, torchtitan", 64, 128, 2, "fp8", [FSDP, SEL, COMPILE], 10753, TRAINY,
           gpu="h200", family="torchtitan H200 8B FP8"),
-    row("H200 8B FP8 CP2 x64, MLPerf v5.1", "h200", "nvidia", 64, 32, 1, "fp8", ["parallelism.cp=2"], 11570,
+    row("H200 8B FP8 CP2 x64, MLPerf v5.1", "h200", "nvidia", 64, 32, 1, "fp8", ["parallelism.cp=2", CURRENT], 11570,
         "mlcommons/training_results_v5.1 HPE XD670 H200 llama31_8b (derived from step times)", framework="nemo"),
     row("H100 70B FP8 TP4 PP8 VP5, Megatron-Bridge 26.04.01", "h100", "nvidia", 64, 256, 1, "fp8",
-        megatron_layout(4, 8, 1, 5), 1664, MB + " (26.04.01)", model="llama70b", family="Megatron-Bridge H100 70B"),
+        [*megatron_layout(4, 8, 1, 5), CURRENT], 1664, MB + " (26.04.01)", model="llama70b", family="Megatron-Bridge H100 70B"),
     row("H100 70B FP8 TP4 PP8 VP5, Megatron-Bridge 26.04", "h100", "nvidia", 64, 256, 1, "fp8",
-        megatron_layout(4, 8, 1, 5), 1633, MB + " (26.04)", model="llama70b", family="Megatron-Bridge H100 70B"),
+        [*megatron_layout(4, 8, 1, 5), CURRENT], 1633, MB + " (26.04)", model="llama70b", family="Megatron-Bridge H100 70B"),
     row("H100 70B FP8 TP4 PP8 VP5 GBS 128, Megatron-Bridge 25.11", "h100", "nvidia", 64, 128, 1, "fp8",
-        megatron_layout(4, 8, 1, 5), 1602, MB + " (25.11)", model="llama70b", family="Megatron-Bridge H100 70B"),
+        [*megatron_layout(4, 8, 1, 5), CURRENT], 1602, MB + " (25.11)", model="llama70b", family="Megatron-Bridge H100 70B"),
     *[row(f"H100 70B FP8 TP4 PP8 VP5 GBS {gbs}, Megatron-Bridge {version}", "h100", "nvidia", 64, gbs, 1, "fp8",
-          megatron_layout(4, 8, 1, 5), published, f"{MB} ({version})", model="llama70b",
+          [*megatron_layout(4, 8, 1, 5), CURRENT], published, f"{MB} ({version})", model="llama70b",
           family="Megatron-Bridge H100 70B") for version, gbs, published in (("26.02.01", 256, 1639),
                                                                            ("26.02", 256, 1621), ("25.09", 128, 1619))],
-    row("H100 70B FP8 TP4 PP4 CP2 VP5, NeMo 24.07", "h100", "nvidia", 64, 128, 1, "fp8", megatron_layout(4, 4, 2, 5),
-        1533, NEMO, model="llama70b", framework="nemo"),
-    row("B200 8B FP8 DP, Megatron-Bridge 25.11", "b200", "nvidia", 8, 128, 2, "fp8", [], 30624, MB + " (25.11)",
+    row("H100 70B FP8 TP4 PP4 CP2 VP5, NeMo 24.07", "h100", "nvidia", 64, 128, 1, "fp8",
+        [*megatron_layout(4, 4, 2, 5), DELAYED], 1533, NEMO, model="llama70b", framework="nemo"),
+    row("B200 8B FP8 DP, Megatron-Bridge 25.11", "b200", "nvidia", 8, 128, 2, "fp8", [CURRENT], 30624, MB + " (25.11)",
         family="Megatron-Bridge B200 8B"),
-    row("B200 8B FP8 DP, Megatron-Bridge 25.09", "b200", "nvidia", 8, 128, 2, "fp8", [], 29994, MB + " (25.09)",
+    row("B200 8B FP8 DP, Megatron-Bridge 25.09", "b200", "nvidia", 8, 128, 2, "fp8", [CURRENT], 29994, MB + " (25.09)",
         family="Megatron-Bridge B200 8B"),
-    row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [], 31390,
+    row("MI355X 8B FP8 DP, MLPerf v5.1", "mi355x", "amd", 8, 32, 2, "fp8", [DELAYED], 31390,
         "training_results_v5.1 AMD MI355X llama31_8b (derived from samples/s)", framework="primus"),
     # Llama 3.1 405B under Megatron's uneven split: its recipe (llama31_405b_pretrain_config, Megatron-Bridge 0.2 to
     # 0.4) counts the embedding and the loss as a layer each, 126 + 2 units over pp x vp
     *[row(f"H100 405B FP8 TP8 PP8 CP2 VP8 x1024 GBS {gbs}, Megatron-Bridge {version}", "h100", "nvidia", 1024, gbs, 1,
-          "fp8", [*megatron_layout(8, 8, 2, 8), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          "fp8", [*megatron_layout(8, 8, 2, 8), *SPLIT_405B, CURRENT], published, f"{MB} ({version})", model=L405B,
           family="Megatron-Bridge H100 405B")
       for version, gbs, published in (("25.09", 512, 302), ("25.11", 512, 292), ("26.02", 1536, 311),
                                        ("26.04.01", 1536, 328), ("26.06", 1536, 326))],
     *[row(f"B200 405B FP8 TP4 PP8 CP2 VP8 x128, Megatron-Bridge {version}", "b200", "nvidia", 128, 64, 1, "fp8",
-          [*megatron_layout(4, 8, 2, 8), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          [*megatron_layout(4, 8, 2, 8), *SPLIT_405B, CURRENT], published, f"{MB} ({version})", model=L405B,
           family="Megatron-Bridge B200 405B") for version, published in (("25.09", 664), ("25.11", 661))],
     *[row(f"{gpu.upper()} 405B FP8 TP{tp} PP{pp} CP{cp} VP4 x256, Megatron-Bridge {version}", gpu, "nvidia", 256, 1536, 1,
-          "fp8", [*megatron_layout(tp, pp, cp, 4), *SPLIT_405B], published, f"{MB} ({version})", model=L405B,
+          "fp8", [*megatron_layout(tp, pp, cp, 4), *SPLIT_405B, CURRENT], published, f"{MB} ({version})", model=L405B,
           family=f"Megatron-Bridge {gpu.upper()} 405B TP{tp} PP{pp} CP{cp}", placement=NVL72_256)
       for gpu, tp, pp, cp, version, published in (
           ("gb300", 2, 8, 2, "25.11", 999), ("gb300", 2, 8, 2, "26.02.01", 1024), ("gb300", 4, 8, 1, "26.02", 988),
@@ -175,7 +186,7 @@ SCORED = [
     # the one 405B row without a pipeline (so without Megatron's uneven split): FSDP 64 x TP 2 on two NVL72 racks,
     # no recompute (its recipe sets none; it offloads most layers' activations to the CPU, which is not modelled)
     row("GB200 405B FP8 FSDP64 TP2 x128, Megatron-Bridge 25.09", "gb200", "nvidia", 128, 64, 1, "fp8",
-        [*MEGATRON_FSDP, *megatron_layout(tp=2), "training.activation_checkpointing=none"], 729, MB + " (25.09)",
+        [*MEGATRON_FSDP, *megatron_layout(tp=2), "training.activation_checkpointing=none", CURRENT], 729, MB + " (25.09)",
         model=L405B,
         placement=["platform.devices_per_node=64", "platform.nodes=2"]),
 ]

@@ -249,7 +249,8 @@ def test_nemo_bridge_mistral_on_the_llama3_recipe_with_mistral_dimensions():
         "share_embeddings_and_output_weights": False}
     assert {"model.vocab_size", "model.kv_channels", "model.layernorm_epsilon", "model.add_qkv_bias",
             "dataset.seq_length"} <= set_on
-    assert ast.literal_eval(assigned["PRECISION"]) == "bf16_with_fp8_delayed_scaling_mixed"
+    # training.fp8.recipe's default, tensorwise: per-tensor current scaling, Megatron-Bridge's preset of that name
+    assert ast.literal_eval(assigned["PRECISION"]) == "bf16_with_fp8_current_scaling_mixed"
 
 
 def test_torchtitan_toml_overrides():

@@ -57,45 +57,68 @@ def test_full_recompute_of_the_first_n_layers_reruns_their_forward_alone(layers,
     assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * (4 * LAYER_S + rerun * 0.023))
 
 
-@pytest.mark.parametrize("framework,peft,recompute,per_element,reruns", [
-    ("megatron", "none", "none", 4, 0), ("nemo", "none", "none", 4, 0), ("primus", "none", "none", 4, 0),
-    ("nemo", "lora", "none", 3, 0), ("megatron", "none", "full", 4, 4), ("torchtitan", "none", "none", 0, 0)])
-def test_transformer_engines_fp8_quantization_moves_its_bytes_by_hand(framework, peft, recompute, per_element, reruns):
+# Transformer Engine's bytes an element (read BF16 2, write FP8 row-wise 1, column-wise 1 on Hopper where the weight
+# takes a gradient; current scaling reads the BF16 tensor once more for its amax: 2) and, for a fused norm's output,
+# beyond the BF16 output the trace counts: delayed writes 1 byte for 2 and transposes it (read 1, write 1) for the
+# column-wise copy; current writes BF16, then reads it (2) and writes FP8 (1, and 1 column-wise)
+CAST = {("delayed", 1): 4, ("delayed", 0): 3, ("current", 1): 6, ("current", 0): 5}
+NORM = {("delayed", 1): -1 + 2, ("delayed", 0): -1, ("current", 1): 3 + 1, ("current", 0): 3}
+
+
+@pytest.mark.parametrize("framework,peft,recompute,recipe,col,reruns", [
+    ("megatron", "none", "none", "delayed", 1, 0), ("nemo", "none", "none", "delayed", 1, 0),
+    ("primus", "none", "none", "delayed", 1, 0), ("nemo", "lora", "none", "delayed", 0, 0),
+    ("megatron", "none", "full", "delayed", 1, 4), ("megatron", "none", "none", "current", 1, 0),
+    ("megatron", "none", "none", "tensorwise", 1, 0), ("nemo", "lora", "none", "current", 0, 0),
+    ("torchtitan", "none", "none", "tensorwise", None, 0)])
+def test_transformer_engines_fp8_quantization_moves_its_bytes_by_hand(framework, peft, recompute, recipe, col, reruns):
     """Transformer Engine's FP8 quantize kernels at HBM speed (1000 GB/s here), llama_tiny by hand (hidden 256, ffn
-    896, 8 heads of 32, 2 KV heads: q 256, kv 64) over 2 x 256 tokens. Forward: the output projection's input (256)
-    and the down projection's (896); backward: the output gradients of QKV (256 + 2 x 64), the output projection
-    (256), gate and up (2 x 896) and down (256). Each element read in BF16 (2 bytes) and written in FP8 row- and
-    column-wise (2), row-wise alone when the base is frozen (LoRA: 1); a fully recomputed layer quantizes its
-    forward again; torchtitan's torchao float8 is not Transformer Engine: nothing added."""
+    896, 8 heads of 32, 2 KV heads: q 256, kv 64) over 2 x 256 tokens on an H100. Forward: the output projection's
+    input (256) and the down projection's (896), cast; the two fused norms' outputs (2 x 256). Backward: the output
+    gradients of QKV (256 + 2 x 64), the output projection (256), gate and up (2 x 896) and down (256), cast. No
+    column-wise copy when the base is frozen (LoRA); tensorwise is current scaling under Megatron-core (its
+    --fp8-recipe tensorwise); a fully recomputed layer quantizes its forward again; torchtitan's torchao float8 is not
+    Transformer Engine: nothing added."""
     spec = spec_of("platform.devices_per_node=1", "parallelism.fsdp=false", "training.global_batch_size=4",
                    "training.micro_batch_size=2", f"framework={framework}", "framework.path=.",
-                   "training.precision=fp8", f"training.peft={peft}", f"training.activation_checkpointing={recompute}")
+                   "training.precision=fp8", f"training.fp8.recipe={recipe}", f"training.peft={peft}",
+                   f"training.activation_checkpointing={recompute}")
     p = project(spec, WORK, ROUND, dp=1, accum=2, peak_tflops=None)
-    forward, backward = 512 * (256 + 896) * per_element / 1000e9, 512 * (384 + 256 + 2 * 896 + 256) * per_element / 1000e9
+    scaling = {"tensorwise": "current"}.get(recipe, recipe)
+    cast, norm = (CAST[scaling, col], NORM[scaling, col]) if col is not None else (0, 0)
+    forward = (512 * (256 + 896) * cast + 2 * 512 * 256 * norm) / 1000e9
+    backward = 512 * (384 + 256 + 2 * 896 + 256) * cast / 1000e9
     rerun = reruns * (0.023 + forward)  # Megatron's full recompute: every layer's forward again
     assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * (4 * (LAYER_S + forward + backward) + rerun))
 
 
-@pytest.mark.parametrize("gpu,overrides,forward,backward", [
-    # Blackwell's FP8 GEMMs take any layout: no column-wise copies, 3 bytes an element (read 2, write 1)
-    ("b200", [], 512 * (256 + 896) * 3, 512 * (384 + 2 * 896 + 2 * 256) * 3),
+SP2 = ["parallelism.tp=2", "parallelism.sequence_parallel=true", "platform.devices_per_node=2"]
+
+
+@pytest.mark.parametrize("gpu,recipe,overrides,forward,backward", [
+    # Blackwell's FP8 GEMMs take any layout: no column-wise copies (3 bytes an element; the norms write 1 for 2)
+    ("b200", "delayed", [], 512 * (256 + 896) * 3 - 2 * 512 * 256, 512 * (384 + 2 * 896 + 2 * 256) * 3),
+    # and under current scaling each cast reads its input once more (5), each norm's output is cast after it (3)
+    ("b200", "current", [], 512 * (256 + 896) * 5 + 2 * 512 * 256 * 3, 512 * (384 + 2 * 896 + 2 * 256) * 5),
     # tp 2 with sequence parallelism on an H100: the output and down projections' inputs and QKV's and up/gate's
-    # gradients split over tp (4 bytes); QKV's and up/gate's inputs copied column-wise after the all-gather, over
-    # all 512 tokens (read 1, write 1); the output and down projections' gradients quantized row-wise on the 256-token
-    # shard (3) and copied column-wise over all 512 (2)
-    ("h100", ["parallelism.tp=2", "parallelism.sequence_parallel=true", "platform.devices_per_node=2"],
-     512 * (256 + 896) / 2 * 4 + 2 * 512 * 256 * 2,
+    # gradients split over tp (4 bytes); the norms write their 256-token shards row-wise (1 for 2), copied
+    # column-wise after the all-gather, over all 512 tokens (read 1, write 1); the output and down projections'
+    # gradients quantized row-wise on the 256-token shard (3) and copied column-wise over all 512 (2)
+    ("h100", "delayed", SP2, 512 * (256 + 896) / 2 * 4 - 2 * 256 * 256 + 2 * 512 * 256 * 2,
      512 * (384 + 2 * 896) / 2 * 4 + 2 * (256 * 256 * 3 + 512 * 256 * 2)),
-    # tp 2 without it: those two gradients are the whole sequence on every rank (4 bytes)
-    ("h100", ["parallelism.tp=2", "platform.devices_per_node=2"],
-     512 * (256 + 896) / 2 * 4, 512 * (384 + 2 * 896) / 2 * 4 + 2 * 512 * 256 * 4)])
-def test_fp8_quantize_bytes_follow_the_gpu_and_the_layout_by_hand(gpu, overrides, forward, backward):
+    ("h100", "current", SP2, 512 * (256 + 896) / 2 * 6 + 2 * 256 * 256 * 3 + 2 * 512 * 256 * 2,
+     512 * (384 + 2 * 896) / 2 * 6 + 2 * (256 * 256 * 5 + 512 * 256 * 2)),
+    # tp 2 without it: the norms' outputs whole on every rank, transposed in place; those two gradients whole (4 bytes)
+    ("h100", "delayed", ["parallelism.tp=2", "platform.devices_per_node=2"],
+     512 * (256 + 896) / 2 * 4 + 2 * 512 * 256 * 1, 512 * (384 + 2 * 896) / 2 * 4 + 2 * 512 * 256 * 4)])
+def test_fp8_quantize_bytes_follow_the_gpu_the_scaling_and_the_layout_by_hand(gpu, recipe, overrides, forward, backward):
     """llama_tiny (hidden 256, ffn 896, q 256, kv 64) over 2 x 256 tokens at 1000 GB/s, Megatron-LM."""
     from tprimat.spec.projection import fp8_quantize_s
 
     spec = build_spec(compose(["platform=nvidia", f"platform.gpu={gpu}", "model=llama_tiny", "framework=megatron",
-                               "framework.path=.", "training.precision=fp8", "training.micro_batch_size=2",
-                               "training.global_batch_size=4", "parallelism.fsdp=false", *overrides]))
+                               "framework.path=.", "training.precision=fp8", f"training.fp8.recipe={recipe}",
+                               "training.micro_batch_size=2", "training.global_batch_size=4", "parallelism.fsdp=false",
+                               *overrides]))
     assert fp8_quantize_s(spec, ROUND) == pytest.approx((forward / 1000e9, backward / 1000e9))
 
 

@@ -15,12 +15,21 @@ only: FSDP2 frees and re-gathers parameters every step, and TP and PP communicat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.schema import TprimatConf
 
 STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
 TE_RECIPES = ("delayed", "current")
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
+# Transformer Engine's scaling under the Megatron-core frameworks, by the spec's recipe: ``delayed`` (an amax history),
+# or per-tensor current scaling (TE's Float8CurrentScaling) for ``current`` and ``tensorwise``: one scale per tensor
+# from its own amax, the math of torchao's tensorwise, and the recipe Megatron-core itself names ``tensorwise``
+# (megatron/core/enums.py Fp8Recipe; fp8_utils.py builds Float8CurrentScaling from it). Row-wise scaling has no
+# Transformer Engine recipe there (Megatron's others are block-scaled: mxfp8, blockwise).
+TE_SCALING = {"delayed": "delayed", "current": "current", "tensorwise": "current"}
+MEGATRON_FP8_RECIPE = {"delayed": "delayed", "current": "tensorwise"}  # --fp8-recipe / TransformerConfig.fp8_recipe
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 COMPILE_MODES = ("default", *CUDA_GRAPH_MODES, "max-autotune-no-cudagraphs")
 
@@ -31,6 +40,7 @@ class Rule:
     second: tuple[tuple[str, tuple], ...]
     strategies: tuple[str, ...]  # where the two cannot run together
     reason: str
+    exempt: tuple[str, ...] = ()  # frameworks (framework.name) where the pair runs
 
 
 TE_FP8 = (("training.precision", ("fp8",)), ("training.fp8.recipe", TE_RECIPES))
@@ -38,7 +48,8 @@ RULES = (
     Rule((("training.compile", (True,)),), TE_FP8, STRATEGIES,
          "Transformer Engine's fp8 modules are not traceable by torch.compile (torchao recipes are)"),
     Rule((("training.activation_checkpointing", ("selective",)),), TE_FP8, STRATEGIES,
-         "a recomputed forward does not replay Transformer Engine's fp8 scaling state"),
+         "a recomputed forward does not replay Transformer Engine's fp8 scaling state (Megatron-core's own recompute "
+         "does: te_checkpoint under fp8, megatron/core/transformer/transformer_block.py)", MEGATRON_CORE),
     Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
          (("parallelism.fsdp", (True,)),), ("fsdp",),
          "CUDA graphs record fixed addresses; FSDP2 frees and re-gathers parameters every step"),
@@ -47,6 +58,11 @@ RULES = (
     Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
          (("parallelism.pp", "> 1"),), ("pp",), "CUDA graphs capture no pipeline sends and receives"),
 )
+
+
+def te_scaling(spec: TprimatConf) -> Optional[str]:
+    """The Transformer Engine scaling a Megatron-core launch runs (``delayed`` or ``current``); None without fp8."""
+    return TE_SCALING.get(spec.training.fp8.recipe) if spec.training.precision == "fp8" else None
 
 
 def get(spec: TprimatConf, key: str):
@@ -91,7 +107,7 @@ def incompatible(spec: TprimatConf, dp: int) -> list[str]:
     used, problems = strategies(spec, dp), []
     for rule in RULES:
         hit = used & set(rule.strategies)
-        if hit and holds(spec, rule.first) and holds(spec, rule.second):
+        if hit and spec.framework.name not in rule.exempt and holds(spec, rule.first) and holds(spec, rule.second):
             where = "every strategy" if set(rule.strategies) == set(STRATEGIES) else "/".join(sorted(hit))
             problems.append(f"{shown(rule.first, spec)} with {shown(rule.second, spec)}: not supported ({where}): "
                             f"{rule.reason}")
@@ -104,5 +120,8 @@ def table() -> list[tuple[str, str, str, str]]:
         return ", ".join(f"{k}>1" if vals == "> 1" else f"{k}={' or '.join(str(v).lower() for v in vals)}"
                          for k, vals in condition)
 
-    return [(text(r.first), text(r.second), "all" if set(r.strategies) == set(STRATEGIES) else ", ".join(r.strategies),
-             r.reason) for r in RULES]
+    def where(rule):
+        used = "all" if set(rule.strategies) == set(STRATEGIES) else ", ".join(rule.strategies)
+        return f"{used} (not {', '.join(rule.exempt)})" if rule.exempt else used
+
+    return [(text(r.first), text(r.second), where(r), r.reason) for r in RULES]

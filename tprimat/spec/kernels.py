@@ -77,8 +77,19 @@ def attention_kernel(framework: str) -> AttentionKernel:
 # columnwise_usage && !non_tn``); Hopper's need it. ROCm's Transformer Engine (Primus on CDNA) is not read here: taken as
 # Hopper's. Under sequence parallelism the gathered tensors' column-wise copies are made after the FP8 all-gather, over
 # the whole sequence (module/base.py ``grad_output_preprocess``, layernorm_linear.py, distributed.py ``_all_gather_fp8``).
-# Current scaling (an amax pass before each cast, and norms not fused with the quantize) is not what tprimat's
-# Megatron-core launches run (delayed scaling), so it is not modelled: rows that ran it are under-counted here.
+# The fused norm (``kernels.TE_FP8_NORM``): under delayed scaling the norm kernel writes FP8 itself and, where a
+# column-wise copy is needed (no sequence parallelism: its all-gather takes row-wise data alone), transposes it
+# (common/normalization/common.cpp: ``nvte_transpose`` of the FP8 output); under current scaling it writes BF16 with
+# the amax (csrc/extensions/normalization.cpp ``FUSED_NORM_AMAX_FP8``) and ``quantize_with_amax`` casts that.
+# Current scaling (``kernels.TE_CURRENT_SCALING``; Megatron-core's --fp8-recipe tensorwise, TE's Float8CurrentScaling,
+# what tprimat's launches run for training.fp8.recipe=current or tensorwise): every other cast computes its amax first
+# (csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config``, then the
+# cast), one more BF16 read. Its amax all-reduce over the tensor-parallel group under sequence parallelism (a blocking
+# collective of one value, per gathered cast) is not modelled: no sourced latency for it.
+TE_FP8_NORM = ("Transformer Engine common/normalization/common.cpp (the FP8 output transposed where column-wise data "
+               "is needed) and csrc/extensions/normalization.cpp (FUSED_NORM_AMAX_FP8 under current scaling)")
+TE_CURRENT_SCALING = ("Transformer Engine csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl (the amax "
+                      "computed over the input before each cast)")
 TE_FP8_FRAMEWORKS = ("megatron", "nemo", "primus")
 TE_FP8_NO_TRANSPOSE = ("Blackwell",)
 TE_FP8_SOURCE = ("Transformer Engine module/linear.py (input and grad_output quantizers' row-/column-wise usage), "

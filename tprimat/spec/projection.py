@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tprimat.spec import flops, hardware, keeps, kernels, record
+from tprimat.spec.compat import te_scaling
 from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, pipeline_split
 
@@ -251,14 +252,16 @@ def recompute_s(spec: TprimatConf, work: Work, c: Ceilings, layer_f: float) -> f
 
 
 def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
-    """One layer's forward and backward seconds in Transformer Engine's FP8 quantize kernels (``kernels.TE_FP8_SOURCE``,
-    delayed scaling, as tprimat's Megatron-core launches run it), at HBM bandwidth. A quantize reads the BF16 tensor
-    (2 bytes an element) and writes it row-wise in FP8 (1), and column-wise (1 more) where the weight takes a
-    gradient and the GPU's FP8 GEMMs need the transposed copy (not Blackwell's: ``kernels.TE_FP8_NO_TRANSPOSE``).
-    Forward: the output and down projections' inputs (QKV's and up/gate's come quantized from their fused norms; under
-    sequence parallelism their column-wise copy is made after the all-gather, over the whole sequence). Backward:
-    every linear's output gradient; the output and down projections' are the whole sequence on every rank, or under
-    sequence parallelism a shard quantized row-wise, gathered, and copied column-wise over the whole sequence."""
+    """One layer's forward and backward seconds in Transformer Engine's FP8 quantize kernels (``kernels.TE_FP8_SOURCE``),
+    at HBM bandwidth, under the scaling the launch runs (``compat.te_scaling``: delayed or current). A cast reads the
+    BF16 tensor (2 bytes an element) and writes it row-wise in FP8 (1), and column-wise (1 more) where the weight
+    takes a gradient and the GPU's FP8 GEMMs need the transposed copy (not Blackwell's: ``kernels.TE_FP8_NO_TRANSPOSE``);
+    current scaling reads it once more first, for its amax (``kernels.TE_CURRENT_SCALING``).
+    Forward: the output and down projections' inputs, and the fused norms' outputs (QKV's and up/gate's inputs:
+    ``norm_bytes``; under sequence parallelism their column-wise copy is made after the all-gather, over the whole
+    sequence). Backward: every linear's output gradient; the output and down projections' are the whole sequence on
+    every rank, or under sequence parallelism a shard quantized row-wise, gathered, and copied column-wise over the
+    whole sequence."""
     tr, par = spec.training, spec.parallelism
     if tr.precision != "fp8" or spec.framework.name not in kernels.TE_FP8_FRAMEWORKS or not c.memory_gb_s:
         return 0.0, 0.0
@@ -267,14 +270,25 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     gated = flops.mlp_matrices(model) - 1  # the up projection's outputs: gate and up (SwiGLU), or up alone
     transposed = lora_of(spec) is None and record.GPU_CLASSES.get(spec.platform.gpu) not in kernels.TE_FP8_NO_TRANSPOSE
     col = 1 if transposed else 0
+    current = te_scaling(spec) == "current"
+    cast = 3 + (2 if current else 0)  # read BF16, write FP8 row-wise; current scaling's amax pass reads it first
     tp, sp = par.tp, par.sequence_parallel and par.tp > 1
     tokens = tr.micro_batch_size * tr.seq_length / par.cp  # this rank's whole sequence (its CP share)
-    sharded = tokens * (d.q_size + d.ffn) / tp * (3 + col)  # output and down projections' inputs, split over tp
+    norms = 2 * (tokens / tp if sp else tokens) * d.hidden * norm_bytes(current, col if not sp else 0)
+    sharded = tokens * (d.q_size + d.ffn) / tp * (cast + col)  # output and down projections' inputs, split over tp
     gathered = 2 * tokens * d.hidden * 2 * col if sp else 0.0  # QKV's and up/gate's column-wise copies after the gather
-    outputs = tokens * ((d.q_size + 2 * d.kv_size) + gated * d.ffn) / tp * (3 + col)  # QKV's and up/gate's gradients
-    row_parallel = 2 * (tokens / tp * d.hidden * 3 + tokens * d.hidden * 2 * col if sp else tokens * d.hidden * (3 + col))
+    outputs = tokens * ((d.q_size + 2 * d.kv_size) + gated * d.ffn) / tp * (cast + col)  # QKV's and up/gate's gradients
+    row_parallel = 2 * (tokens / tp * d.hidden * cast + tokens * d.hidden * 2 * col if sp else tokens * d.hidden * (cast + col))
     bandwidth = c.memory_gb_s * 1e9
-    return (sharded + gathered) / bandwidth, (outputs + row_parallel) / bandwidth
+    return (sharded + norms + gathered) / bandwidth, (outputs + row_parallel) / bandwidth
+
+
+def norm_bytes(current: bool, col: int) -> int:
+    """Bytes an element a fused norm's FP8 output moves beyond the BF16 output the operation trace counts
+    (``kernels.TE_FP8_NORM``): delayed scaling writes FP8 in the norm (1 byte for 2) and transposes it where a
+    column-wise copy is needed (read and write, 1 byte each); current scaling writes BF16 with its amax, then casts it
+    (read 2, write 1, and the column-wise byte in the same pass)."""
+    return 3 + col if current else -1 + 2 * col
 
 
 def micro_batch(spec: TprimatConf, work: Work, c: Ceilings) -> Micro:

@@ -10,7 +10,7 @@ import os
 from typing import Optional
 
 from tprimat.spec import memory
-from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get, incompatible
+from tprimat.spec.compat import COMPILE_MODES, TE_RECIPES, TORCHAO_RECIPES, get, incompatible, te_scaling
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.flops import stages_of
 from tprimat.spec.frameworks import model_problem, problem_with
@@ -109,6 +109,10 @@ def check_options(spec: TprimatConf) -> list[str]:
     if tr.fp8.recipe != "tensorwise" and tr.precision != "fp8":
         problems.append(f"training.fp8.recipe={tr.fp8.recipe}, training.precision={tr.precision}: an fp8 recipe needs "
                         "training.precision=fp8")
+    if tr.precision == "fp8" and spec.framework.name in MEGATRON_CORE and te_scaling(spec) is None:
+        problems.append(f"training.fp8.recipe={tr.fp8.recipe}, framework.name={spec.framework.name}: the Megatron-core "
+                        "frameworks scale fp8 through Transformer Engine: delayed, or per-tensor current scaling (current, "
+                        "or tensorwise: Megatron's --fp8-recipe tensorwise); row-wise scaling has no recipe there")
     if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
         problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
                         "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")

@@ -9,6 +9,8 @@ import re
 from typing import Optional
 
 from tprimat.logs.clean import clean_lines
+from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
+from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.schema import TprimatConf
 
 ARGS_START = re.compile(r"-{6,} arguments -{6,}")
@@ -23,7 +25,14 @@ def requested(spec: TprimatConf) -> dict:
     return {"lr": opt.lr, "min_lr": opt.min_lr, "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay,
             "beta1": opt.beta1, "beta2": opt.beta2, "global_batch_size": tr.global_batch_size,
             "micro_batch_size": tr.micro_batch_size, "seq_length": tr.seq_length, "tp": par.tp, "pp": par.pp,
-            "cp": par.cp, "precision": tr.precision, "recompute": tr.activation_checkpointing}
+            "cp": par.cp, "precision": tr.precision, "recompute": tr.activation_checkpointing,
+            **megatron_fp8_recipe(spec)}
+
+
+def megatron_fp8_recipe(spec: TprimatConf) -> dict:
+    """Transformer Engine's scaling a Megatron-core launch asked for, in Megatron's own name (``fp8_recipe``)."""
+    recipe = MEGATRON_FP8_RECIPE.get(te_scaling(spec))
+    return {"fp8_recipe": recipe} if recipe and spec.framework.name in MEGATRON_CORE else {}
 
 
 def _value(text: str):
@@ -54,6 +63,8 @@ def megatron_arguments(lines: list[str]) -> dict:
                "pp": "pipeline_model_parallel_size", "cp": "context_parallel_size"}
     found = {key: args[name] for key, name in mapping.items() if name in args}
     found["precision"] = precision
+    if precision == "fp8" and args.get("fp8_recipe") not in (None, "None"):  # printed as Fp8Recipe.<name> or <name>
+        found["fp8_recipe"] = str(args["fp8_recipe"]).rpartition(".")[2]
     if "recompute_granularity" in args:  # None (no recompute), full or selective: the spec's names but none
         found["recompute"] = args["recompute_granularity"] if args["recompute_granularity"] not in (None, "None") \
             else "none"

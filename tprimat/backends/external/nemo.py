@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from pprint import pformat
+from typing import Optional
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.backends.external.megatron import full_recompute
+from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
@@ -54,6 +56,7 @@ def values(spec: TprimatConf) -> dict:
             "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay, "adam_beta1": opt.beta1,
             "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip, "tp": par.tp, "pp": par.pp,
             "cp": par.cp, "sequence_parallel": par.sequence_parallel, "precision": tr.precision, "seed": tr.seed,
+            "fp8_recipe": MEGATRON_FP8_RECIPE.get(te_scaling(spec)),
             "vp": par.vp if par.vp > 1 else None, "megatron_fsdp": par.fsdp,
             "distributed_optimizer": par.zero_stage >= 1 or par.fsdp, "grad_reduce_in_fp32": tr.grad_reduce_in_fp32,
             **recompute_of(tr.activation_checkpointing, tr.recompute_num_layers),
@@ -107,7 +110,20 @@ def bridge_settings(spec: TprimatConf) -> list[tuple]:
              ("grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32", "ddp.grad_reduce_in_fp32",
               v["grad_reduce_in_fp32"]),
              ("bf16", None, "model.bf16", True), ("fp8", None, "model.fp8", "hybrid" if fp8 else None)]
-    return rows + lora_rows(spec)
+    return rows + fp8_rows(spec, "mixed_precision", "model") + lora_rows(spec)
+
+
+def fp8_rows(spec: TprimatConf, precision: Optional[str], read: str) -> list[tuple]:
+    """Transformer Engine's scaling (Megatron's fp8_recipe, read back from ``read``), every layer in fp8: the
+    current-scaling presets of NeMo 2 and Megatron-Bridge keep the first and last layers in bf16
+    (``first_last_layers_bf16=True``), which their performance scripts turn off (Megatron-Bridge
+    scripts/performance/utils/precision.py, v0.2.0 to v0.6.0) and so does tprimat: the spec trains them in fp8."""
+    recipe = values(spec)["fp8_recipe"]
+    if recipe is None:
+        return []
+    return [("fp8_recipe", None, f"{read}.fp8_recipe", recipe),
+            ("first_last_layers_bf16", precision and f"{precision}.first_last_layers_bf16",
+             f"{read}.first_last_layers_bf16", False)]
 
 
 def lora_rows(spec: TprimatConf) -> list[tuple]:
@@ -161,7 +177,7 @@ def nemo2_settings(spec: TprimatConf) -> list[tuple]:
              ("micro_batch_size", None, "data.micro_batch_size", v["micro_batch_size"]),
              ("bf16", None, "plugin.dtype_config.bf16", True),
              ("fp8", None, "plugin.dtype_config.fp8", "hybrid" if spec.training.precision == "fp8" else None)]
-    return rows + nemo2_lora_rows(spec)
+    return rows + fp8_rows(spec, "trainer.plugins", "plugin.dtype_config") + nemo2_lora_rows(spec)
 
 
 def nemo2_lora_rows(spec: TprimatConf) -> list[tuple]:
@@ -295,7 +311,8 @@ if V["peft"] == "lora":  # NeMo 2 takes LoRA in llm.finetune: the model's fine-t
                                           peft_scheme="lora", packed_sequence=False)
 else:
     recipe = llm.{recipe}.pretrain_recipe(name="tprimat", num_nodes=V["nodes"], num_gpus_per_node=V["devices_per_node"])
-recipe.trainer.plugins = bf16_with_fp8_mixed() if V["precision"] == "fp8" else bf16_mixed()
+FP8_PRESETS = {{"tensorwise": bf16_with_fp8_current_scaling_mixed, "delayed": bf16_with_fp8_mixed}}
+recipe.trainer.plugins = FP8_PRESETS[V["fp8_recipe"]]() if V["precision"] == "fp8" else bf16_mixed()
 # Mock tokens from the model's own vocabulary (NeMo's NullTokenizer adds one id for end-of-document); the default
 # GPT-2 tokenizer would draw ids up to 50,257 whatever the model's vocabulary.
 recipe.data = run.Config(llm.MockDataModule, seq_length=V["seq_length"], global_batch_size=V["global_batch_size"],
@@ -335,7 +352,8 @@ print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "global_batch_size": recipe.data.global_batch_size, "micro_batch_size": recipe.data.micro_batch_size,
     "seq_length": recipe.data.seq_length, "tp": strategy.tensor_model_parallel_size,
     "pp": strategy.pipeline_model_parallel_size, "cp": strategy.context_parallel_size,
-    "recompute": recipe.model.config.recompute_granularity or "none"}}), flush=True)
+    "recompute": recipe.model.config.recompute_granularity or "none",
+    "fp8_recipe": recipe.trainer.plugins.fp8_recipe if recipe.trainer.plugins.fp8 else None}}), flush=True)
 run.run(recipe, executor=run.LocalExecutor(ntasks_per_node=V["devices_per_node"], launcher="torchrun"))
 '''
 
@@ -396,7 +414,8 @@ print("TPRIMAT_EFFECTIVE " + json.dumps({{
     "global_batch_size": cfg.train.global_batch_size, "micro_batch_size": cfg.train.micro_batch_size,
     "seq_length": cfg.dataset.seq_length, "tp": cfg.model.tensor_model_parallel_size,
     "pp": cfg.model.pipeline_model_parallel_size, "cp": cfg.model.context_parallel_size,
-    "recompute": cfg.model.recompute_granularity or "none"}}), flush=True)
+    "recompute": cfg.model.recompute_granularity or "none",
+    "fp8_recipe": cfg.mixed_precision.fp8_recipe if cfg.mixed_precision.fp8 else None}}), flush=True)
 from megatron.bridge.training.gpt_step import forward_step  # noqa: E402
 
 if V["peft"] == "lora":  # the base loaded from checkpoint.pretrained_checkpoint, frozen; the adapters trained
@@ -413,7 +432,8 @@ def nemo2_script(spec: TprimatConf) -> str:
     imports = ("\nimport nemo_run as run\nfrom megatron.core.distributed import DistributedDataParallelConfig\n"
                "from nemo.collections import llm\n"
                "from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer\n"
-               "from nemo.collections.llm.recipes.precision.mixed_precision import bf16_mixed, bf16_with_fp8_mixed\n\n"
+               "from nemo.collections.llm.recipes.precision.mixed_precision import bf16_mixed, bf16_with_fp8_mixed, "
+               "bf16_with_fp8_current_scaling_mixed\n\n"
                'VERSION = "nemo_toolkit " + version("nemo_toolkit")\n')
     return (HEADER.format(title=f"NeMo 2 llm recipe {recipe}") + imports
             + f"V = {pformat(values(spec), sort_dicts=False)}\nTE_FUSIONS = {TE_FUSIONS!r}\n"
@@ -425,7 +445,8 @@ def bridge_script(spec: TprimatConf) -> str:
     module, fn = BRIDGE_RECIPES.get(spec.model.name) or BRIDGE_RECIPES[FAMILY_BASE[spec.model.family]]
     if spec.framework.recipe:
         module, _, fn = spec.framework.recipe.rpartition(".")
-    precision = "bf16_with_fp8_delayed_scaling_mixed" if spec.training.precision == "fp8" else "bf16_mixed"
+    precision = {None: "bf16_mixed", "delayed": "bf16_with_fp8_delayed_scaling_mixed",
+                 "tensorwise": "bf16_with_fp8_current_scaling_mixed"}[values(spec)["fp8_recipe"]]
     imports = (f"\nfrom megatron.bridge.training.mixed_precision import get_mixed_precision_config\n"
                f"from {module} import {fn} as recipe_fn\n\n"
                'VERSION = "megatron-bridge " + version("megatron-bridge")\n')

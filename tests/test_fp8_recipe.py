@@ -1,0 +1,119 @@
+"""training.fp8.recipe reaches the Megatron-core frameworks as their own Transformer Engine recipe: the names each
+expects are written here from the frameworks' sources, not from tprimat's tables. Megatron-core: ``--fp8-recipe``
+takes delayed, tensorwise, mxfp8, blockwise (megatron/core/enums.py Fp8Recipe), and its fp8_utils.py builds
+Transformer Engine's Float8CurrentScaling from ``tensorwise``; Megatron-Bridge and NeMo 2 name their presets
+bf16_with_fp8_delayed_scaling_mixed / bf16_with_fp8_mixed (delayed) and bf16_with_fp8_current_scaling_mixed (the
+latter with first_last_layers_bf16=True, which Megatron-Bridge's performance scripts turn off)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tprimat import backends
+from tprimat.backends.external.audit import audit
+from tprimat.compose import compose
+from tprimat.spec.build import build_spec
+from tprimat.spec.detect import DetectedHardware
+from tprimat.spec.plan import make_plan
+from tprimat.spec.validate import validate
+
+NO_HARDWARE = DetectedHardware("none", "no live hardware: plans for GPUs", 0, 0.0, None)
+H100 = ["platform=nvidia", "platform.gpu=h100", "model=llama", "dry_run=true", "training.precision=fp8"]
+# the spec's recipe -> Megatron-core's own --fp8-recipe value (tensorwise: current scaling in Megatron's words)
+MEGATRON = {"delayed": "delayed", "current": "tensorwise", "tensorwise": "tensorwise"}
+
+
+def spec_plan(overrides):
+    spec = build_spec(compose(overrides), NO_HARDWARE)
+    return spec, make_plan(spec, NO_HARDWARE)
+
+
+def assigned(script: str) -> dict:
+    tree = ast.parse(script)
+    return {getattr(n.targets[0], "id", ""): n.value for n in tree.body if isinstance(n, ast.Assign)}
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise"])
+def test_megatron_lm_and_primus_are_told_the_recipe_in_megatrons_words(recipe):
+    spec, plan = spec_plan(["framework=megatron", *H100, f"training.fp8.recipe={recipe}"])
+    argv = backends.load("megatron").launch(spec, plan, Path("l")).argv
+    assert argv[argv.index("--fp8-recipe") + 1] == MEGATRON[recipe] and argv[argv.index("--fp8-format") + 1] == "hybrid"
+    spec, plan = spec_plan(["framework=primus", "platform=amd", "platform.gpu=mi300x", *H100[2:],
+                            f"training.fp8.recipe={recipe}"])
+    exp = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])
+    assert exp["modules"]["pre_trainer"]["overrides"]["fp8_recipe"] == MEGATRON[recipe]  # Primus's trainer_base key
+
+
+def test_without_fp8_no_recipe_is_passed():
+    spec, plan = spec_plan(["framework=megatron", *H100[:-1], "training.precision=bf16"])
+    assert "--fp8-recipe" not in backends.load("megatron").launch(spec, plan, Path("l")).argv
+
+
+@pytest.mark.parametrize("recipe,preset", [("delayed", "bf16_with_fp8_delayed_scaling_mixed"),
+                                           ("current", "bf16_with_fp8_current_scaling_mixed"),
+                                           ("tensorwise", "bf16_with_fp8_current_scaling_mixed")])
+def test_megatron_bridge_takes_its_preset_and_every_layer_in_fp8(recipe, preset):
+    spec, plan = spec_plan(["framework=nemo", "framework.flavour=bridge", *H100, f"training.fp8.recipe={recipe}"])
+    names = assigned(backends.load("nemo").launch(spec, plan, Path("l")).files["nemo_pretrain.py"])
+    assert ast.literal_eval(names["PRECISION"]) == preset
+    settings = {key: (where, read, value) for key, where, read, value in ast.literal_eval(names["SETTINGS"])}
+    assert settings["fp8_recipe"] == (None, "model.fp8_recipe", MEGATRON[recipe])  # read back after finalising
+    assert settings["first_last_layers_bf16"] == ("mixed_precision.first_last_layers_bf16",
+                                                  "model.first_last_layers_bf16", False)
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current"])
+def test_nemo2_takes_its_preset_and_every_layer_in_fp8(recipe):
+    spec, plan = spec_plan(["framework=nemo", *H100, f"training.fp8.recipe={recipe}"])
+    script = backends.load("nemo").launch(spec, plan, Path("l")).files["nemo_pretrain.py"]
+    names = assigned(script)
+    assert ast.literal_eval(names["V"])["fp8_recipe"] == MEGATRON[recipe]
+    assert "bf16_with_fp8_current_scaling_mixed" in script and "bf16_with_fp8_mixed" in script
+    settings = {key: (where, read, value) for key, where, read, value in ast.literal_eval(names["SETTINGS"])}
+    assert settings["fp8_recipe"] == (None, "plugin.dtype_config.fp8_recipe", MEGATRON[recipe])
+    assert settings["first_last_layers_bf16"][0] == "trainer.plugins.first_last_layers_bf16"
+
+
+@pytest.mark.parametrize("framework", ["megatron", "nemo", "primus"])
+def test_rowwise_scaling_is_refused_by_key_under_transformer_engine(framework):
+    spec = build_spec(compose([f"framework={framework}", *H100, "training.fp8.recipe=rowwise"]), NO_HARDWARE)
+    found = [p for p in validate(spec, NO_HARDWARE, dry_run=True) if p.startswith("training.fp8.recipe=rowwise")]
+    assert len(found) == 1 and f"framework.name={framework}" in found[0] and "Transformer Engine" in found[0]
+
+
+def test_megatron_recomputes_selectively_under_delayed_scaling_and_native_does_not_take_it():
+    """Megatron-core replays Transformer Engine's fp8 state in its own recompute; the compatibility table's rule
+    holds where tprimat's own trainer would run Transformer Engine's modules."""
+    selective = ["training.fp8.recipe=delayed", "training.activation_checkpointing=selective"]
+    megatron = build_spec(compose(["framework=megatron", *H100, *selective]), NO_HARDWARE)
+    assert not [p for p in validate(megatron, NO_HARDWARE, dry_run=True) if "not supported" in p]
+    native = build_spec(compose(["framework=native", *H100, *selective]), NO_HARDWARE)
+    assert [p for p in validate(native, NO_HARDWARE, dry_run=True) if "not supported" in p]
+
+
+@pytest.mark.parametrize("printed,passed", [("tensorwise", False), ("Fp8Recipe.tensorwise", False),
+                                            ("delayed", True), ("Fp8Recipe.delayed", True)])
+def test_the_audit_reads_the_recipe_megatron_ran(printed, passed):
+    """Megatron's argument dump (its own format: name, dots, value) read back: a launch that asked for delayed
+    scaling and ran current scaling fails the audit on fp8_recipe."""
+    spec, _ = spec_plan(["framework=megatron", *H100, "training.fp8.recipe=delayed"])
+    dump = ("------------------------ arguments ------------------------\n"
+            "  fp8 ............................................. hybrid\n"
+            f"  fp8_recipe ...................................... {printed}\n"
+            "  bf16 ............................................ True\n"
+            "-------------------- end of arguments ---------------------\n")
+    check = next(c for c in audit(spec, dump, [])["checks"] if c["key"] == "fp8_recipe")
+    assert check["requested"] == "delayed" and check["ok"] is passed
+
+
+@pytest.mark.parametrize("gpu,platform,recipe", [("h100", "nvidia", "delayed"), ("h200", "nvidia", "current"),
+                                                 ("b200", "nvidia", "current"), ("mi355x", "amd", "delayed")])
+def test_maximum_performance_runs_the_scaling_its_source_ran(gpu, platform, recipe):
+    """NeMo 24.07 (H100): fp8_hybrid with an amax history, delayed; MLPerf v5.1's HPE XD670 H200 llama31_8b:
+    config_common.sh FP8_RECIPE="tensorwise"; Megatron-Bridge's B200 FP8_CS config; AMD's MLPerf MI355X train.py:
+    fp8="hybrid" with an amax history of 4, delayed."""
+    spec = build_spec(compose(["framework=megatron", f"platform={platform}", f"platform.gpu={gpu}", "model=llama",
+                               "methodology=maximum_performance"]), NO_HARDWARE)
+    assert spec.training.precision == "fp8" and spec.training.fp8.recipe == recipe
