@@ -70,10 +70,14 @@ def test_nemo2_takes_its_preset_and_every_layer_in_fp8(recipe):
     script = backends.load("nemo").launch(spec, plan, Path("l")).files["nemo_pretrain.py"]
     names = assigned(script)
     assert ast.literal_eval(names["V"])["fp8_recipe"] == MEGATRON[recipe]
-    assert "bf16_with_fp8_current_scaling_mixed" in script and "bf16_with_fp8_mixed" in script
+    # the preset the script calls for V["fp8_recipe"]: NeMo 2's own function names, by the recipe Megatron names
+    presets = {ast.literal_eval(k): v.id for k, v in zip(names["FP8_PRESETS"].keys, names["FP8_PRESETS"].values)}
+    assert presets == {"tensorwise": "bf16_with_fp8_current_scaling_mixed", "delayed": "bf16_with_fp8_mixed"}
+    assert 'recipe.trainer.plugins = FP8_PRESETS[V["fp8_recipe"]]() if V["precision"] == "fp8"' in script
     settings = {key: (where, read, value) for key, where, read, value in ast.literal_eval(names["SETTINGS"])}
     assert settings["fp8_recipe"] == (None, "plugin.dtype_config.fp8_recipe", MEGATRON[recipe])
-    assert settings["first_last_layers_bf16"][0] == "trainer.plugins.first_last_layers_bf16"
+    assert settings["first_last_layers_bf16"] == ("trainer.plugins.first_last_layers_bf16",
+                                                  "plugin.dtype_config.first_last_layers_bf16", False)
 
 
 @pytest.mark.parametrize("framework", ["megatron", "nemo", "primus"])

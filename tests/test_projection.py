@@ -76,7 +76,8 @@ def test_transformer_engines_fp8_quantization_moves_its_bytes_by_hand(framework,
     896, 8 heads of 32, 2 KV heads: q 256, kv 64) over 2 x 256 tokens on an H100. Forward: the output projection's
     input (256) and the down projection's (896), cast; the two fused norms' outputs (2 x 256). Backward: the output
     gradients of QKV (256 + 2 x 64), the output projection (256), gate and up (2 x 896) and down (256), cast. No
-    column-wise copy when the base is frozen (LoRA); tensorwise is current scaling under Megatron-core (its
+    column-wise copy when the base is frozen (LoRA), whose adapted QKV takes its norm's output in BF16 (NeMo's and
+    Megatron-Bridge's peft/utils.py: return_layernorm_output) and casts it; tensorwise is current scaling under Megatron-core (its
     --fp8-recipe tensorwise); a fully recomputed layer quantizes its forward again; torchtitan's torchao float8 is not
     Transformer Engine: nothing added."""
     spec = spec_of("platform.devices_per_node=1", "parallelism.fsdp=false", "training.global_batch_size=4",
@@ -86,7 +87,9 @@ def test_transformer_engines_fp8_quantization_moves_its_bytes_by_hand(framework,
     p = project(spec, WORK, ROUND, dp=1, accum=2, peak_tflops=None)
     scaling = {"tensorwise": "current"}.get(recipe, recipe)
     cast, norm = (CAST[scaling, col], NORM[scaling, col]) if col is not None else (0, 0)
-    forward = (512 * (256 + 896) * cast + 2 * 512 * 256 * norm) / 1000e9
+    # LoRA's default targets adapt QKV: its norm returns its BF16 output to the adapter and is cast after, unfused
+    norms = 512 * 256 * (norm + cast if peft == "lora" else 2 * norm)
+    forward = (512 * (256 + 896) * cast + norms) / 1000e9
     backward = 512 * (384 + 256 + 2 * 896 + 256) * cast / 1000e9
     rerun = reruns * (0.023 + forward)  # Megatron's full recompute: every layer's forward again
     assert p["breakdown_s"]["compute_s"] == pytest.approx(2 * (4 * (LAYER_S + forward + backward) + rerun))

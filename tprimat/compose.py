@@ -151,6 +151,12 @@ def tuned_for(key: str, framework: str, model: str, gpu, fallback):
     return recipes.tuned(key, framework, model, gpu, fallback)
 
 
+def fp8_recipe_for(precision: str, framework: str, model: str, gpu, fallback: str):
+    """maximum_performance's fp8 scaling: the recipe's (the scaling its source ran) where the run trains in fp8; the
+    schema's default otherwise, so that a precision overridden to bf16 keeps no fp8 recipe."""
+    return recipes.tuned("training.fp8.recipe", framework, model, gpu, fallback) if precision == "fp8" else fallback
+
+
 # experiment=seed_llama_qwen: (methodology, platform) -> (precision, tp), as the original toolkit ran them
 SEED_LAYOUTS = {("maximum_performance", "nvidia"): ("fp8", 4), ("maximum_performance", "amd"): ("bf16", 1),
                 ("identical_config", "nvidia"): ("bf16", 4), ("identical_config", "amd"): ("bf16", 4)}
@@ -164,7 +170,8 @@ def seed_setting(key: str, methodology: str, platform: str):
 RESOLVERS = {"tprimat.tuned": tuned_for, "tprimat.seed": seed_setting, "tprimat.shard_all_fsdp": shard_all_fsdp,
              "tprimat.shard_all_zero": shard_all_zero, "tprimat.identical_recompute": identical_recompute,
              "tprimat.join": lambda items: ",".join(str(i) for i in items), "tprimat.fsdp": sharding_for,
-             "tprimat.zero_stage": zero_stage_for, "tprimat.recompute": recompute_for}
+             "tprimat.zero_stage": zero_stage_for, "tprimat.recompute": recompute_for,
+             "tprimat.fp8_recipe": fp8_recipe_for}
 
 
 def to_plain(cfg: DictConfig, resolve: bool = True) -> dict:

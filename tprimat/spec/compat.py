@@ -48,8 +48,9 @@ RULES = (
     Rule((("training.compile", (True,)),), TE_FP8, STRATEGIES,
          "Transformer Engine's fp8 modules are not traceable by torch.compile (torchao recipes are)"),
     Rule((("training.activation_checkpointing", ("selective",)),), TE_FP8, STRATEGIES,
-         "a recomputed forward does not replay Transformer Engine's fp8 scaling state (Megatron-core's own recompute "
-         "does: te_checkpoint under fp8, megatron/core/transformer/transformer_block.py)", MEGATRON_CORE),
+         "a recomputed forward does not replay Transformer Engine's fp8 scaling state (not so under Megatron-core: "
+         "its selective recompute reruns core attention, no fp8 GEMM, and its checkpointed fp8 modules run under "
+         "te_checkpoint, megatron/core/transformer/transformer_layer.py)", MEGATRON_CORE),
     Rule((("training.compile", (True,)), ("training.compile_mode", CUDA_GRAPH_MODES)),
          (("parallelism.fsdp", (True,)),), ("fsdp",),
          "CUDA graphs record fixed addresses; FSDP2 frees and re-gathers parameters every step"),

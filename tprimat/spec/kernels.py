@@ -79,15 +79,20 @@ def attention_kernel(framework: str) -> AttentionKernel:
 # the whole sequence (module/base.py ``grad_output_preprocess``, layernorm_linear.py, distributed.py ``_all_gather_fp8``).
 # The fused norm (``kernels.TE_FP8_NORM``): under delayed scaling the norm kernel writes FP8 itself and, where a
 # column-wise copy is needed (no sequence parallelism: its all-gather takes row-wise data alone), transposes it
-# (common/normalization/common.cpp: ``nvte_transpose`` of the FP8 output); under current scaling it writes BF16 with
-# the amax (csrc/extensions/normalization.cpp ``FUSED_NORM_AMAX_FP8``) and ``quantize_with_amax`` casts that.
+# (common/normalization/rmsnorm/rmsnorm_api.cpp and layernorm/ln_api.cpp: ``nvte_transpose`` of the FP8 output); under
+# current scaling it writes BF16 with the amax (csrc/extensions/normalization.cpp ``FUSED_NORM_AMAX_FP8``) and
+# ``quantize_with_amax`` casts that. A LoRA-adapted LayerNormLinear returns its norm's BF16 output to the adapter
+# (``return_layernorm_output``, set by Megatron-Bridge's and NeMo's peft/utils.py), which turns the fused path off
+# (layernorm_linear.py ``with_quantized_norm``): its norm writes BF16 and is cast after, as an unfused input.
 # Current scaling (``kernels.TE_CURRENT_SCALING``; Megatron-core's --fp8-recipe tensorwise, TE's Float8CurrentScaling,
 # what tprimat's launches run for training.fp8.recipe=current or tensorwise): every other cast computes its amax first
 # (csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config``, then the
 # cast), one more BF16 read. Its amax all-reduce over the tensor-parallel group under sequence parallelism (a blocking
 # collective of one value, per gathered cast) is not modelled: no sourced latency for it.
-TE_FP8_NORM = ("Transformer Engine common/normalization/common.cpp (the FP8 output transposed where column-wise data "
-               "is needed) and csrc/extensions/normalization.cpp (FUSED_NORM_AMAX_FP8 under current scaling)")
+TE_FP8_NORM = ("Transformer Engine common/normalization/rmsnorm/rmsnorm_api.cpp and layernorm/ln_api.cpp (the FP8 "
+               "output transposed where column-wise data is needed), csrc/extensions/normalization.cpp "
+               "(FUSED_NORM_AMAX_FP8 under current scaling); a LoRA-adapted norm returns its BF16 output "
+               "(return_layernorm_output: Megatron-Bridge's and NeMo's peft/utils.py), cast after")
 TE_CURRENT_SCALING = ("Transformer Engine csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl (the amax "
                       "computed over the input before each cast)")
 TE_FP8_FRAMEWORKS = ("megatron", "nemo", "primus")

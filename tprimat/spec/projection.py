@@ -258,10 +258,10 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     takes a gradient and the GPU's FP8 GEMMs need the transposed copy (not Blackwell's: ``kernels.TE_FP8_NO_TRANSPOSE``);
     current scaling reads it once more first, for its amax (``kernels.TE_CURRENT_SCALING``).
     Forward: the output and down projections' inputs, and the fused norms' outputs (QKV's and up/gate's inputs:
-    ``norm_bytes``; under sequence parallelism their column-wise copy is made after the all-gather, over the whole
-    sequence). Backward: every linear's output gradient; the output and down projections' are the whole sequence on
-    every rank, or under sequence parallelism a shard quantized row-wise, gathered, and copied column-wise over the
-    whole sequence."""
+    ``norm_bytes``, or a cast where LoRA adapts the linear; under sequence parallelism their column-wise copy is made
+    after the all-gather, over the whole sequence). Backward: every linear's output gradient; the output and down
+    projections' are the whole sequence on every rank, or under sequence parallelism a shard quantized row-wise,
+    gathered, and copied column-wise over the whole sequence."""
     tr, par = spec.training, spec.parallelism
     if tr.precision != "fp8" or spec.framework.name not in kernels.TE_FP8_FRAMEWORKS or not c.memory_gb_s:
         return 0.0, 0.0
@@ -274,7 +274,12 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     cast = 3 + (2 if current else 0)  # read BF16, write FP8 row-wise; current scaling's amax pass reads it first
     tp, sp = par.tp, par.sequence_parallel and par.tp > 1
     tokens = tr.micro_batch_size * tr.seq_length / par.cp  # this rank's whole sequence (its CP share)
-    norms = 2 * (tokens / tp if sp else tokens) * d.hidden * norm_bytes(current, col if not sp else 0)
+    # the two fused norms, before QKV and before up/gate: a LoRA-adapted one returns its BF16 output for the adapter
+    # (return_layernorm_output, Megatron-Bridge's and NeMo's peft/utils.py), so TE casts it after, unfused
+    lora = lora_of(spec)
+    adapted = sum(name in lora.targets for name in ("linear_qkv", "linear_fc1")) if lora else 0
+    fused = norm_bytes(current, col if not sp else 0)
+    norms = (tokens / tp if sp else tokens) * d.hidden * ((2 - adapted) * fused + adapted * cast)
     sharded = tokens * (d.q_size + d.ffn) / tp * (cast + col)  # output and down projections' inputs, split over tp
     gathered = 2 * tokens * d.hidden * 2 * col if sp else 0.0  # QKV's and up/gate's column-wise copies after the gather
     outputs = tokens * ((d.q_size + 2 * d.kv_size) + gated * d.ffn) / tp * (cast + col)  # QKV's and up/gate's gradients
