@@ -27,8 +27,9 @@ def override_rows(config, args: list[str]) -> list[dict]:
         i += 1 if given is None else 2
         if name == "job.config_file":
             continue
-        section, _, key = name.partition(".")
-        held = getattr(getattr(config, section, None), key, "<absent>")
+        held = config
+        for part in name.split("."):  # nested sections too (quantize.linear.float8.recipe_name)
+            held = getattr(held, part, "<absent>")
         if given is None:
             want = True
         elif isinstance(held, bool):
@@ -41,6 +42,16 @@ def override_rows(config, args: list[str]) -> list[dict]:
             want = given
         rows.append({"key": name, "where": f"job config ({name})", "spec": want, "framework": held})
     return rows
+
+
+def converter_rows(config) -> list[dict]:
+    """Each model converter the launch names, looked up in torchtitan's own registry as its Trainer looks it up
+    (``ModelConvertersContainer``: an unknown name is a KeyError at start-up, not at parse time)."""
+    import torchtitan.components.quantization  # noqa: F401 - registers the float8 and mx converters
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls as registry
+    return [{"key": f"model.converters[{name}]", "where": "torchtitan's model converter registry", "spec": "registered",
+             "framework": "registered" if name in registry else f"unknown (registered: {', '.join(sorted(registry))})"}
+            for name in config.model.converters]
 
 
 def model_of(config):
@@ -65,7 +76,8 @@ def main() -> None:
         return
     from tprimat.backends.external.audit import torchtitan_job_config
     found = torchtitan_job_config(config.to_dict())  # as torchtitan saves it, read as the audit reads it
-    record["settings"] = [*override_rows(config, point["args"]), *spec_settings(found, point["spec_rows"], "job config")]
+    record["settings"] = [*override_rows(config, point["args"]), *converter_rows(config),
+                          *spec_settings(found, point["spec_rows"], "job config")]
     count_on_meta(record, lambda: model_of(config))
     Path(out).write_text(json.dumps(record))
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tprimat import backends
-from tprimat.backends.external.audit import audit
+from tprimat.backends.external.audit import audit, torchtitan_job_config
 from tprimat.compose import compose
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
@@ -121,3 +121,38 @@ def test_maximum_performance_runs_the_scaling_its_source_ran(gpu, platform, reci
     spec = build_spec(compose(["framework=megatron", f"platform={platform}", f"platform.gpu={gpu}", "model=llama",
                                "methodology=maximum_performance"]), NO_HARDWARE)
     assert spec.training.precision == "fp8" and spec.training.fp8.recipe == recipe
+
+
+# torchtitan 0.2.2's own ConfigManager over tprimat's toml launch with fp8 and the rowwise recipe (its to_dict, the
+# sections the audit reads; read 2026-11-29 with bench/rehearse.py's torchtitan_toml environment). Its registry
+# names the converter quantize.linear.float8 (components/quantization/float8.py); the 0.1 name, float8, is not
+# registered there, so a launch naming it stops at start-up.
+TORCHTITAN_022_FLOAT8 = {"model": {"converters": ["quantize.linear.float8"]},
+                         "quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": False,
+                                                            "precompute_float8_dynamic_scale_for_fsdp": False,
+                                                            "recipe_name": "rowwise", "filter_fqns": ["output"],
+                                                            "emulate": False}}}}
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_torchtitan_is_told_its_float8_converter_and_recipe(recipe):
+    spec, plan = spec_plan(["framework=torchtitan", "framework.flavour=toml", *H100, f"training.fp8.recipe={recipe}"])
+    argv = backends.load("torchtitan").launch(spec, plan, Path("l")).argv
+    assert argv[argv.index("--model.converters") + 1] == "quantize.linear.float8"
+    assert argv[argv.index("--quantize.linear.float8.recipe_name") + 1] == recipe
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current"])
+def test_torchtitan_refuses_transformer_engines_recipes_by_key(recipe):
+    spec, plan = spec_plan(["framework=torchtitan", "framework.flavour=toml", *H100, f"training.fp8.recipe={recipe}"])
+    found = [p for p in backends.load("torchtitan").check(spec, plan) if p.startswith(f"training.fp8.recipe={recipe}")]
+    assert len(found) == 1 and "torchao" in found[0]
+
+
+@pytest.mark.parametrize("asked,passed", [("rowwise", True), ("tensorwise", False)])
+def test_the_audit_reads_torchtitans_float8_back(asked, passed):
+    spec, _ = spec_plan(["framework=torchtitan", "framework.flavour=toml", *H100, f"training.fp8.recipe={asked}"])
+    saved = {**TORCHTITAN_022_FLOAT8, "training": {"mixed_precision_param": "bfloat16"}}
+    checks = {c["key"]: c for c in audit(spec, "", [], torchtitan_job_config(saved))["checks"]}
+    assert checks["precision"]["ok"] and checks["precision"]["effective"] == "fp8"  # bf16 params, float8 linears
+    assert checks["fp8_recipe"]["effective"] == "rowwise" and checks["fp8_recipe"]["ok"] is passed

@@ -13,6 +13,10 @@ from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.schema import TprimatConf
 
+# torchao float8 as torchtitan 0.2.x names it: the converter (components/quantization/float8.py
+# register_model_converter(Float8LinearConverter, "quantize.linear.float8"); 0.1's was "float8", unknown from 0.2.0 on)
+# and its recipe (config/job_config.py Float8Linear.recipe_name: tensorwise, rowwise, rowwise_with_gw_hp)
+FLOAT8_CONVERTER = "quantize.linear.float8"
 ARGS_START = re.compile(r"-{6,} arguments -{6,}")
 ARGS_END = re.compile(r"-{6,} end of arguments -{6,}")
 ARG_LINE = re.compile(r"^(\w+) \.{2,} (.*)$")
@@ -26,13 +30,17 @@ def requested(spec: TprimatConf) -> dict:
             "beta1": opt.beta1, "beta2": opt.beta2, "global_batch_size": tr.global_batch_size,
             "micro_batch_size": tr.micro_batch_size, "seq_length": tr.seq_length, "tp": par.tp, "pp": par.pp,
             "cp": par.cp, "precision": tr.precision, "recompute": tr.activation_checkpointing,
-            **megatron_fp8_recipe(spec)}
+            **fp8_recipe(spec)}
 
 
-def megatron_fp8_recipe(spec: TprimatConf) -> dict:
-    """Transformer Engine's scaling a Megatron-core launch asked for, in Megatron's own name (``fp8_recipe``)."""
-    recipe = MEGATRON_FP8_RECIPE.get(te_scaling(spec))
-    return {"fp8_recipe": recipe} if recipe and spec.framework.name in MEGATRON_CORE else {}
+def fp8_recipe(spec: TprimatConf) -> dict:
+    """The fp8 scaling a launch asked for, in its framework's own name (``fp8_recipe``): Megatron's (Transformer
+    Engine's delayed, or tensorwise for current scaling), torchtitan's torchao recipe."""
+    if spec.training.precision != "fp8":
+        return {}
+    if spec.framework.name in MEGATRON_CORE:
+        return {"fp8_recipe": MEGATRON_FP8_RECIPE[te_scaling(spec)]} if te_scaling(spec) else {}
+    return {"fp8_recipe": spec.training.fp8.recipe} if spec.framework.name == "torchtitan" else {}
 
 
 def _value(text: str):
@@ -100,6 +108,9 @@ def torchtitan_job_config(cfg: dict) -> dict:
              "cp": get("parallelism", "context_parallel_degree"),
              "precision": {"bfloat16": "bf16", "float32": "fp32"}.get(get("training", "mixed_precision_param")),
              "recompute": get("activation_checkpoint", "mode")}  # torchtitan's own names: none, full, selective
+    if FLOAT8_CONVERTER in (get("model", "converters") or []):  # torchao float8 linears: fp8, and its recipe
+        float8 = ((cfg.get("quantize") or {}).get("linear") or {}).get("float8") or {}
+        found.update(precision="fp8", fp8_recipe=float8.get("recipe_name") or "tensorwise")
     return {k: v for k, v in found.items() if v is not None}
 
 

@@ -18,8 +18,9 @@ import os
 import pprint
 from pathlib import Path
 
-from tprimat.backends.external.audit import torchtitan_job_config, torchtitan_saved_config
+from tprimat.backends.external.audit import FLOAT8_CONVERTER, torchtitan_job_config, torchtitan_saved_config
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
+from tprimat.spec.compat import TE_RECIPES
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf
 
@@ -44,6 +45,7 @@ FLAVOUR_SHAPE = {
                                  "rope_scaling_factor": 8.0},
 }
 PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
+
 MODULE, FUNCTION = "tprimat_torchtitan", "tprimat_config"
 SAVED_CONFIG = "tprimat_effective_config.json"  # written by torchtitan into its dump folder
 
@@ -93,7 +95,7 @@ def overrides(spec: TprimatConf, plan: Plan) -> list[str]:
     if spec.training.compile:
         argv.append("--compile.enable")
     if spec.training.precision == "fp8":
-        argv += ["--model.converters", "float8"]
+        argv += ["--model.converters", FLOAT8_CONVERTER, "--quantize.linear.float8.recipe_name", spec.training.fp8.recipe]
     return argv
 
 
@@ -181,6 +183,9 @@ class TorchtitanBackend(ExternalBackend):
                             "(e.g. llama3:llama3_8b)")
         if not recipe and spec.model.name in REGISTRY:  # the TOMLs are the same flavours, with no module to cut
             problems += shape_problems(spec, FLAVOUR_SHAPE[REGISTRY[spec.model.name]], flavour == "registry")
+        if spec.training.precision == "fp8" and spec.training.fp8.recipe in TE_RECIPES:
+            problems.append(f"training.fp8.recipe={spec.training.fp8.recipe}, framework.name=torchtitan: torchtitan "
+                            "trains fp8 through torchao float8 (recipes tensorwise, rowwise), not Transformer Engine")
         if flavour == "registry" and spec.training.precision == "fp8" and not recipe:
             problems.append("training.precision=fp8: torchtitan >= 0.3 sets float8 in the model's own config "
                             "function; name one with framework.recipe (e.g. llama3:llama3_debugmodel_float8)")
