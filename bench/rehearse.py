@@ -88,7 +88,8 @@ SPEC = {
     "weight_decay": ("training", "optimizer", "weight_decay"), "beta1": ("training", "optimizer", "beta1"),
     "beta2": ("training", "optimizer", "beta2"), "eps": ("training", "optimizer", "eps"),
     "grad_clip": ("training", "optimizer", "grad_clip"), "tp": ("plan", "tp"), "pp": ("plan", "pp"),
-    "cp": ("plan", "cp"), "dp": ("plan", "dp"), "recompute": ("training", "activation_checkpointing")}
+    "cp": ("plan", "cp"), "dp": ("plan", "dp"), "recompute": ("training", "activation_checkpointing"),
+    "precision": ("training", "precision"), "fp8_recipe": ("training", "fp8", "recipe")}
 MEGATRON_NAMES = {  # spec key -> Megatron-LM's argument (core_v0.16.1)
     "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
     "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_query_groups",
@@ -108,7 +109,8 @@ READ_AS = {
     "primus": MEGATRON_NAMES,
     # torchtitan's saved config as tprimat's audit reads it (tprimat.backends.external.audit.torchtitan_saved_config)
     "torchtitan_toml": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp",
-                                       "pp", "cp", "seq_length", "micro_batch_size", "beta1", "beta2", "recompute")},
+                                       "pp", "cp", "seq_length", "micro_batch_size", "beta1", "beta2", "recompute",
+                                       "precision", "fp8_recipe")},
     "torchtitan": {k: k for k in ("lr", "min_lr", "warmup_steps", "weight_decay", "global_batch_size", "tp", "pp",
                                   "cp", "seq_length", "micro_batch_size", "recompute")} | {"beta1": "beta1", "beta2": "beta2"},
 }
@@ -122,6 +124,8 @@ def spec_rows(name: str, result: dict) -> list[list]:
             node = node[part]
         if key == "recompute" and where == "recompute_granularity" and node == "none":
             node = None  # Megatron's argument holds no recompute as None
+        if key == "fp8_recipe" and result["spec"]["training"]["precision"] != "fp8":
+            continue  # a recipe is read back only where the run trains in fp8
         rows.append([key, where, node])
     return rows
 

@@ -6,6 +6,7 @@ bf16_with_fp8_delayed_scaling_mixed / bf16_with_fp8_mixed (delayed) and bf16_wit
 latter with first_last_layers_bf16=True, which Megatron-Bridge's performance scripts turn off)."""
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -136,10 +137,13 @@ TORCHTITAN_022_FLOAT8 = {"model": {"converters": ["quantize.linear.float8"]},
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_torchtitan_is_told_its_float8_converter_and_recipe(recipe):
+    """tensorwise is torchtitan's float8 without a recipe name (its docs/float8.md), rowwise is named."""
     spec, plan = spec_plan(["framework=torchtitan", "framework.flavour=toml", *H100, f"training.fp8.recipe={recipe}"])
     argv = backends.load("torchtitan").launch(spec, plan, Path("l")).argv
     assert argv[argv.index("--model.converters") + 1] == "quantize.linear.float8"
-    assert argv[argv.index("--quantize.linear.float8.recipe_name") + 1] == recipe
+    named = argv[argv.index("--quantize.linear.float8.recipe_name") + 1] if recipe == "rowwise" else None
+    assert named == ("rowwise" if recipe == "rowwise" else None)
+    assert ("--quantize.linear.float8.recipe_name" in argv) is (recipe == "rowwise")
 
 
 @pytest.mark.parametrize("recipe", ["delayed", "current"])
@@ -156,3 +160,24 @@ def test_the_audit_reads_torchtitans_float8_back(asked, passed):
     checks = {c["key"]: c for c in audit(spec, "", [], torchtitan_job_config(saved))["checks"]}
     assert checks["precision"]["ok"] and checks["precision"]["effective"] == "fp8"  # bf16 params, float8 linears
     assert checks["fp8_recipe"]["effective"] == "rowwise" and checks["fp8_recipe"]["ok"] is passed
+
+
+def test_the_audit_reads_torchtitans_default_float8_as_tensorwise_and_its_absence_as_bf16():
+    spec, _ = spec_plan(["framework=torchtitan", "framework.flavour=toml", *H100])
+    unnamed = json.loads(json.dumps(TORCHTITAN_022_FLOAT8))
+    unnamed["quantize"]["linear"]["float8"]["recipe_name"] = None  # torchtitan's own tensorwise path
+    checks = {c["key"]: c for c in audit(spec, "", [], torchtitan_job_config(
+        {**unnamed, "training": {"mixed_precision_param": "bfloat16"}}))["checks"]}
+    assert checks["fp8_recipe"]["ok"] and checks["precision"]["ok"]
+    dropped = {"model": {"converters": []}, "training": {"mixed_precision_param": "bfloat16"}}  # no float8 linears
+    checks = {c["key"]: c for c in audit(spec, "", [], torchtitan_job_config(dropped))["checks"]}
+    assert not checks["precision"]["ok"] and checks["precision"]["effective"] == "bf16"
+
+
+@pytest.mark.parametrize("framework,gpu,platform", [("megatron", "h100", "nvidia"), ("nemo", "b200", "nvidia"),
+                                                    ("primus", "mi355x", "amd"), ("torchtitan", "h200", "nvidia")])
+def test_maximum_performance_keeps_no_fp8_recipe_once_the_precision_is_bf16(framework, gpu, platform):
+    spec = build_spec(compose([f"framework={framework}", f"platform={platform}", f"platform.gpu={gpu}", "model=llama",
+                               "methodology=maximum_performance", "training.precision=bf16"]), NO_HARDWARE)
+    assert spec.training.fp8.recipe == "tensorwise"
+    assert not [p for p in validate(spec, NO_HARDWARE, dry_run=True) if p.startswith("training.fp8.recipe")]

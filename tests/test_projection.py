@@ -113,7 +113,13 @@ SP2 = ["parallelism.tp=2", "parallelism.sequence_parallel=true", "platform.devic
      512 * (384 + 2 * 896) / 2 * 6 + 2 * (256 * 256 * 5 + 512 * 256 * 2)),
     # tp 2 without it: the norms' outputs whole on every rank, transposed in place; those two gradients whole (4 bytes)
     ("h100", "delayed", ["parallelism.tp=2", "platform.devices_per_node=2"],
-     512 * (256 + 896) / 2 * 4 + 2 * 512 * 256 * 1, 512 * (384 + 2 * 896) / 2 * 4 + 2 * 512 * 256 * 4)])
+     512 * (256 + 896) / 2 * 4 + 2 * 512 * 256 * 1, 512 * (384 + 2 * 896) / 2 * 4 + 2 * 512 * 256 * 4),
+    # LoRA on QKV and up/gate (frozen base: row-wise casts alone, 3 bytes) under sequence parallelism: both norms
+    # return their BF16 output gathered for the adapters, cast on the 256-token shard and over all 512 gathered tokens
+    ("h100", "delayed", [*SP2, "training.peft=lora", "training.lora.targets=[linear_qkv,linear_fc1]",
+                         "framework.pretrained_checkpoint=/ckpt"],
+     512 * (256 + 896) / 2 * 3 + 2 * (256 + 512) * 256 * 3,
+     512 * (384 + 2 * 896) / 2 * 3 + 2 * 256 * 256 * 3)])
 def test_fp8_quantize_bytes_follow_the_gpu_the_scaling_and_the_layout_by_hand(gpu, recipe, overrides, forward, backward):
     """llama_tiny (hidden 256, ffn 896, q 256, kv 64) over 2 x 256 tokens at 1000 GB/s, Megatron-LM."""
     from tprimat.spec.projection import fp8_quantize_s

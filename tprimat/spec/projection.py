@@ -275,11 +275,14 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     tp, sp = par.tp, par.sequence_parallel and par.tp > 1
     tokens = tr.micro_batch_size * tr.seq_length / par.cp  # this rank's whole sequence (its CP share)
     # the two fused norms, before QKV and before up/gate: a LoRA-adapted one returns its BF16 output for the adapter
-    # (return_layernorm_output, Megatron-Bridge's and NeMo's peft/utils.py), so TE casts it after, unfused
+    # (return_layernorm_output, Megatron-Bridge's and NeMo's peft/utils.py), so TE casts it after, unfused; under
+    # sequence parallelism they ask for it gathered (return_layernorm_output_gathered): TE gathers it in BF16 and
+    # casts the shard and the whole gathered sequence (layernorm_linear.py)
     lora = lora_of(spec)
     adapted = sum(name in lora.targets for name in ("linear_qkv", "linear_fc1")) if lora else 0
+    local = tokens / tp if sp else tokens
     fused = norm_bytes(current, col if not sp else 0)
-    norms = (tokens / tp if sp else tokens) * d.hidden * ((2 - adapted) * fused + adapted * cast)
+    norms = local * d.hidden * (2 - adapted) * fused + adapted * (local + (tokens if sp else 0)) * d.hidden * cast
     sharded = tokens * (d.q_size + d.ffn) / tp * (cast + col)  # output and down projections' inputs, split over tp
     gathered = 2 * tokens * d.hidden * 2 * col if sp else 0.0  # QKV's and up/gate's column-wise copies after the gather
     outputs = tokens * ((d.q_size + 2 * d.kv_size) + gated * d.ffn) / tp * (cast + col)  # QKV's and up/gate's gradients

@@ -95,7 +95,11 @@ def overrides(spec: TprimatConf, plan: Plan) -> list[str]:
     if spec.training.compile:
         argv.append("--compile.enable")
     if spec.training.precision == "fp8":
-        argv += ["--model.converters", FLOAT8_CONVERTER, "--quantize.linear.float8.recipe_name", spec.training.fp8.recipe]
+        # tensorwise is torchtitan's own path without a recipe name (its docs/float8.md; a recipe name rules out
+        # float8 all-gather under FSDP); rowwise is named
+        argv += ["--model.converters", FLOAT8_CONVERTER]
+        if spec.training.fp8.recipe != "tensorwise":
+            argv += ["--quantize.linear.float8.recipe_name", spec.training.fp8.recipe]
     return argv
 
 
