@@ -181,3 +181,19 @@ def test_maximum_performance_keeps_no_fp8_recipe_once_the_precision_is_bf16(fram
                                "methodology=maximum_performance", "training.precision=bf16"]), NO_HARDWARE)
     assert spec.training.fp8.recipe == "tensorwise"
     assert not [p for p in validate(spec, NO_HARDWARE, dry_run=True) if p.startswith("training.fp8.recipe")]
+
+
+@pytest.mark.parametrize("precision,read", [("fp8", None), ("bf16", "bf16")])
+def test_torchtitan_03s_saved_config_says_nothing_of_float8_so_an_fp8_runs_precision_is_unchecked(tmp_path, precision,
+                                                                                                  read):
+    """torchtitan 0.3 converts linears to float8 inside the model's config and its saved to_dict keeps no class name
+    (its Float8LinearConverter; parameters stay bfloat16): the saved training section reads bfloat16 either way."""
+    spec, _ = spec_plan(["framework=torchtitan", *H100[:4], f"training.precision={precision}",
+                         *(["framework.recipe=llama3:llama3_debugmodel_float8"] if precision == "fp8" else [])])
+    (tmp_path / "torchtitan").mkdir()
+    (tmp_path / "torchtitan" / "tprimat_effective_config.json").write_text(
+        json.dumps({"training": {"mixed_precision_param": "bfloat16"}}))
+    found = backends.load("torchtitan").effective_settings(spec, tmp_path)
+    assert found.get("precision") == read
+    result = audit(spec, "", [], found)
+    assert ("precision" in result["unchecked"]) is (read is None)

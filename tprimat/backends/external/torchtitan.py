@@ -215,8 +215,13 @@ class TorchtitanBackend(ExternalBackend):
         path = launch_dir / "torchtitan" / SAVED_CONFIG
         if not path.exists():
             return {}
-        read = torchtitan_saved_config if spec.framework.flavour == "registry" else torchtitan_job_config
-        return read(json.loads(path.read_text()))
+        if spec.framework.flavour == "toml":
+            return torchtitan_job_config(json.loads(path.read_text()))
+        found = torchtitan_saved_config(json.loads(path.read_text()))
+        # 0.3 converts linears to float8 inside the model's config (Float8LinearConverter), and its saved to_dict keeps
+        # no class name: float8 leaves no trace there and the parameters stay bf16, so an fp8 run's precision is not
+        # read (unchecked) rather than read as bf16
+        return {k: v for k, v in found.items() if k != "precision"} if spec.training.precision == "fp8" else found
 
 
 BACKEND = TorchtitanBackend()
