@@ -58,6 +58,9 @@ them changed), their later figures are re-scores, not held-out ones.
 Pipeline split: ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split`` as the config
 sets NeMo's ``model.account_for_*`` (ASYM_PP_EMBED / ASYM_PP_LOSS: every v5.0 Llama 3.1 405B config, 126 layers over
 PP 8 x VP 8); false where unset. Added on 2026-11-29 (evening) by re-extracting every round (nothing else changed).
+FP8: ``fp8_recipe`` (FP8_RECIPE as the config or its yaml sets it; null where neither does) and ``fp8_attention``
+(FP8_DPA: attention in FP8 as well), each where the matching configs agree. Added on 2026-11-29 (late) by
+re-extracting every round (nothing else changed).
 
 Throughput
 ----------
@@ -101,14 +104,15 @@ YAML_KEYS = {"tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_mod
              "acg": "model.activations_checkpoint_granularity", "acm": "model.activations_checkpoint_method",
              "acl": "model.activations_checkpoint_num_layers",
              "split_embedding": "model.account_for_embedding_in_pipeline_split",
-             "split_loss": "model.account_for_loss_in_pipeline_split"}
+             "split_loss": "model.account_for_loss_in_pipeline_split",
+             "fp8_dpa": "model.fp8_dot_product_attention"}
 ALIASES = {"tp": ("TP", "TENSOR_MODEL_PARALLEL"), "pp": ("PP", "PIPELINE_MODEL_PARALLEL"),
            "cp": ("CP", "CONTEXT_PARALLEL"), "vp": ("VP", "INTERLEAVED_PIPELINE"), "mbs": ("MBS", "MICRO_BATCH_SIZE"),
            "gbs": ("GBS",), "nodes": ("DGXNNODES", "NNODES"), "gpus": ("DGXNGPU", "GPUS_PER_NODE"),
            "fp8": ("FP8",), "fp4": ("FP4",), "fp8_recipe": ("FP8_RECIPE",), "fp4_recipe": ("FP4_RECIPE",),
            "seq": ("MAX_SEQLEN", "SEQ_LEN", "SEQ_LENGTH"), "acg": ("ACG", "RECOMPUTE_GRANULARITY"),
            "acm": ("ACM", "RECOMPUTE_METHOD"), "acl": ("ACL", "RECOMPUTE_NUM_LAYERS"),
-           "split_embedding": ("ASYM_PP_EMBED",), "split_loss": ("ASYM_PP_LOSS",)}
+           "split_embedding": ("ASYM_PP_EMBED",), "split_loss": ("ASYM_PP_LOSS",), "fp8_dpa": ("FP8_DPA",)}
 LOG_CHECKS = (("lr", ("LR", "MAX_LR"), ("opt_base_learning_rate",)),
               ("max_steps", ("MAX_STEPS",), ("opt_learning_rate_training_steps", "max_steps")),
               ("warmup_steps", ("WARMUP_STEPS",), ("opt_learning_rate_warmup_steps",)),
@@ -626,7 +630,8 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
         seq = as_int(merged["hp"].get("max_sequence_length")) or BENCH_SEQ.get(bench)
         if seq is None and passed and len({c["seq"] for c in passed}) == 1:
             seq = passed[0]["seq"]
-        row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision, **recompute)
+        row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision, **recompute,
+                   **fp8_of(passed if layout_from and layout_from != "log" else [], precision))
         row["precision_from"] = precision_from
         row["config"] = passed[0]["path"] if len(passed) == 1 else None
         if len(passed) > 1:
@@ -684,6 +689,16 @@ def split_of(c: dict) -> dict:
     ASYM_PP_EMBED / ASYM_PP_LOSS): True, or False where it is off or unset."""
     return {"account_for_embedding_in_pipeline_split": truthy(c.get("split_embedding")) is True,
             "account_for_loss_in_pipeline_split": truthy(c.get("split_loss")) is True}
+
+
+def fp8_of(passed: list[dict], precision: str | None) -> dict:
+    """Transformer Engine's FP8 as the config sets it, where its candidates agree: ``fp8_recipe``, the recipe named
+    (FP8_RECIPE or the yaml's model.fp8_recipe default; null where neither names one: the framework's default), and
+    ``fp8_attention``, attention in FP8 too (FP8_DPA, model.fp8_dot_product_attention; false where off or unset)."""
+    recipes = {c.get("fp8_recipe") if precision == "fp8" else None for c in passed}
+    attention = {truthy(c.get("fp8_dpa")) is True and precision == "fp8" for c in passed}
+    return {"fp8_recipe": recipes.pop() if len(recipes) == 1 else None,
+            "fp8_attention": attention.pop() if len(attention) == 1 else None}
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ one GPU at one scale, from several submitters) share a family and count once.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from projection_rows import row
@@ -63,8 +62,8 @@ def why_not(r: dict) -> str | None:
     return None
 
 
-# Transformer Engine's FP8 scaling as the config sets it (FP8_RECIPE, or its implementation yaml's default:
-# bench/mlperf_layouts.py writes it into precision_from): tensorwise and Float8CurrentScaling are current scaling;
+# Transformer Engine's FP8 scaling as the config sets it (the rows' fp8_recipe: FP8_RECIPE, or its implementation
+# yaml's default, as bench/mlperf_layouts.py reads it): tensorwise and Float8CurrentScaling are current scaling;
 # delayed and DelayedScaling, or nothing named by config or yaml, delayed: the frameworks' own default then (NeMo 2's
 # MegatronMixedPrecision fp8_recipe="delayed", Transformer Engine's fp8_autocast DelayedScaling under NeMo 1, AMD's
 # train.py fp8="hybrid" with an amax history)
@@ -73,8 +72,7 @@ SCALING = {"tensorwise": "current", "Float8CurrentScaling": "current", "delayed"
 
 
 def fp8_recipe_of(r: dict) -> str | None:
-    match = re.search(r"FP8_RECIPE=(\S+)", r.get("precision_from") or "")
-    return match.group(1).strip("\"'") if match else None
+    return r.get("fp8_recipe")
 
 
 def scaling_of(r: dict) -> str | None:
@@ -123,7 +121,8 @@ def expressed(r: dict) -> dict:
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],
                r["config"] or r["match"], model=MODELS[r["benchmark"]], framework="nemo", family=family(r),
                placement=nodes_of(gpu, r))  # the system's nodes (or NVL72 racks)
-    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia"}
+    # attention in FP8 too (FP8_DPA): the spec has no such setting, so the row is projected with BF16 attention
+    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia", "fp8_attention": bool(r.get("fp8_attention"))}
 
 
 def load(name: str) -> tuple[list[dict], list[tuple[str, str]]]:

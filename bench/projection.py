@@ -268,10 +268,21 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
         print(f"{prefix}_{vendor}_median_abs_error={figure} ({len(chosen)} rows, {len({f for f, _ in chosen})} families)")
     print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
+    fp8_attention(these)
     for effect, taken_away in EFFECTS.items():
         with taken_away():
             print(f"  without {effect}: {family_median(published(rows, quiet=True)):.3f}")
     return errors
+
+
+def fp8_attention(these: list) -> None:
+    """The rows whose attention ran in FP8 (FP8_DPA), projected with BF16 attention (the spec has no FP8 attention):
+    their signed median error beside the other FP8 rows', a diagnostic (nothing is fitted to it)."""
+    for label, chosen in (("FP8 attention", [e for r, e in these if r.get("fp8_attention")]),
+                          ("FP8 GEMMs alone", [e for r, e in these if not r.get("fp8_attention")
+                                               and "training.precision=fp8" in r["overrides"]])):
+        if chosen:
+            print(f"  {label}: {len(chosen)} rows, signed median error {statistics.median(chosen):+.3f}")
 
 
 def write_record(kept: list) -> None:

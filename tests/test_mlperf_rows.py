@@ -61,6 +61,11 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
         assert (par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split) == (
             bool(source.get("account_for_embedding_in_pipeline_split")),
             bool(source.get("account_for_loss_in_pipeline_split"))), r
+        # Transformer Engine's FP8 scaling as the config names it (Megatron's tensorwise and TE's Float8CurrentScaling
+        # are current scaling; delayed, DelayedScaling, or none named: NeMo's and TE's default, delayed)
+        if tr.precision == "fp8":
+            named = source.get("fp8_recipe")
+            assert tr.fp8.recipe == ("current" if named in ("tensorwise", "Float8CurrentScaling") else "delayed"), r
 
 
 @pytest.mark.parametrize("name", SETS)
