@@ -197,3 +197,25 @@ def test_torchtitan_03s_saved_config_says_nothing_of_float8_so_an_fp8_runs_preci
     assert found.get("precision") == read
     result = audit(spec, "", [], found)
     assert ("precision" in result["unchecked"]) is (read is None)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "primus", "nemo"])
+def test_compare_keeps_a_launch_from_before_the_recipe_apart_from_a_repeat_made_since(tmp_path, framework):
+    """Two dry runs of one spec are repeats (one group); the same result with its launch's recipe removed, as a
+    Megatron-core launch recorded before 2026-11-29 looked (it ran delayed scaling whatever the spec said), is not."""
+    from tests.conftest import run_inprocess
+    from tprimat.compare.groups import identity_of
+
+    platform = ["platform=amd", "platform.gpu=mi300x"] if framework == "primus" else H100[:2]
+    overrides = [f"framework={framework}", *platform, *H100[2:]]
+    first = run_inprocess(tmp_path / "a", overrides).result
+    second = run_inprocess(tmp_path / "b", overrides).result
+    assert identity_of(first) == identity_of(second)
+    old = json.loads(json.dumps(first))
+    launch = old["plan"]["backend_config"]
+    argv = launch["argv"]
+    if "--fp8-recipe" in argv:
+        del argv[argv.index("--fp8-recipe"):argv.index("--fp8-recipe") + 2]
+    launch["file_contents"] = {name: "\n".join(line for line in text.splitlines() if "fp8_recipe" not in line)
+                               for name, text in launch["file_contents"].items()}
+    assert identity_of(old) != identity_of(first)

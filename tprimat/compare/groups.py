@@ -25,6 +25,7 @@ from tprimat.compare import stats
 from tprimat.compare.load import Loaded
 from tprimat.spec.build import IDENTITY_EXCLUDES, spec_identity
 from tprimat.spec.hardware import lookup
+from tprimat.spec.keeps import MEGATRON_CORE
 
 
 def identity_of(result: dict) -> str:
@@ -35,10 +36,31 @@ def identity_of(result: dict) -> str:
     if place is not None:
         return hashlib.sha256(("mlperf " + "/".join(place)).encode()).hexdigest()[:16]
     identity = spec_identity(result.get("spec") or {})
+    if scaling_unrecorded(result):
+        identity = hashlib.sha256(f"{identity} {BEFORE_FP8_RECIPE}".encode()).hexdigest()[:16]
     if not unstated(result):
         return identity
     evidence = (result.get("source") or {}).get("sha256") or result.get("run_id") or ""
     return hashlib.sha256(f"{identity} {evidence}".encode()).hexdigest()[:16]
+
+
+BEFORE_FP8_RECIPE = "Transformer Engine's delayed scaling, launched before training.fp8.recipe reached the launch"
+
+
+def scaling_unrecorded(result: dict) -> bool:
+    """A Megatron-core fp8 launch recorded before ``training.fp8.recipe`` reached it (2026-11-29): its command and
+    generated files name no fp8 recipe, and it ran delayed scaling whatever the spec said, so it is no repeat of a
+    run of the same spec launched since (``tensorwise`` and ``current`` run current scaling there)."""
+    spec = result.get("spec") or {}
+    if (spec.get("framework") or {}).get("name") not in MEGATRON_CORE or \
+            (spec.get("training") or {}).get("precision") != "fp8":
+        return False
+    plan = result.get("plan")
+    launch = plan.get("backend_config") if isinstance(plan, dict) else None
+    if not isinstance(launch, dict) or not launch.get("argv"):
+        return False  # no launch recorded (a log read by tprimat ingest): nothing to tell
+    text = " ".join(map(str, launch["argv"])) + " ".join(map(str, (launch.get("file_contents") or {}).values()))
+    return "fp8-recipe" not in text and "fp8_recipe" not in text
 
 
 def mlperf_place(result: dict) -> Optional[tuple[str, ...]]:
