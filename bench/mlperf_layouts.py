@@ -58,8 +58,9 @@ them changed), their later figures are re-scores, not held-out ones.
 Pipeline split: ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split`` as the config
 sets NeMo's ``model.account_for_*`` (ASYM_PP_EMBED / ASYM_PP_LOSS: every v5.0 Llama 3.1 405B config, 126 layers over
 PP 8 x VP 8); false where unset. Added on 2026-11-29 (evening) by re-extracting every round (nothing else changed).
-FP8: ``fp8_recipe`` (FP8_RECIPE as the config or its yaml sets it; null where neither does) and ``fp8_attention``
-(FP8_DPA: attention in FP8 as well), each where the matching configs agree. Added on 2026-11-29 (late) by
+FP8: ``fp8_recipe`` (FP8_RECIPE as the config or its yaml sets it; null where neither does, or where a sourced file
+is absent and might have) and ``fp8_attention`` (FP8_DPA: attention in FP8 as well; null where a sourced file is
+absent), each where the matching configs agree. Added on 2026-11-29 (late) by
 re-extracting every round (nothing else changed).
 
 Throughput
@@ -696,7 +697,9 @@ def fp8_of(passed: list[dict], precision: str | None) -> dict:
     (FP8_RECIPE or the yaml's model.fp8_recipe default; null where neither names one: the framework's default), and
     ``fp8_attention``, attention in FP8 too (FP8_DPA, model.fp8_dot_product_attention; false where off or unset)."""
     recipes = {c.get("fp8_recipe") if precision == "fp8" else None for c in passed}
-    attention = {truthy(c.get("fp8_dpa")) is True and precision == "fp8" for c in passed}
+    # unknown (null) where a sourced file is absent: it may have set FP8_DPA
+    attention = {None if c["missing"] and precision == "fp8" else truthy(c.get("fp8_dpa")) is True and precision == "fp8"
+                 for c in passed}
     return {"fp8_recipe": recipes.pop() if len(recipes) == 1 else None,
             "fp8_attention": attention.pop() if len(attention) == 1 else None}
 

@@ -122,7 +122,7 @@ def expressed(r: dict) -> dict:
                r["config"] or r["match"], model=MODELS[r["benchmark"]], framework="nemo", family=family(r),
                placement=nodes_of(gpu, r))  # the system's nodes (or NVL72 racks)
     # attention in FP8 too (FP8_DPA): the spec has no such setting, so the row is projected with BF16 attention
-    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia", "fp8_attention": bool(r.get("fp8_attention"))}
+    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia", "fp8_attention": r.get("fp8_attention")}
 
 
 def load(name: str) -> tuple[list[dict], list[tuple[str, str]]]:

@@ -278,11 +278,14 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
 def fp8_attention(these: list) -> None:
     """The rows whose attention ran in FP8 (FP8_DPA), projected with BF16 attention (the spec has no FP8 attention):
     their signed median error beside the other FP8 rows', a diagnostic (nothing is fitted to it)."""
-    for label, chosen in (("FP8 attention", [e for r, e in these if r.get("fp8_attention")]),
-                          ("FP8 GEMMs alone", [e for r, e in these if not r.get("fp8_attention")
-                                               and "training.precision=fp8" in r["overrides"]])):
+    fp8 = [(r, e) for r, e in these if "training.precision=fp8" in r["overrides"]]
+    for label, chosen in (("FP8 attention", [e for r, e in fp8 if r.get("fp8_attention") is True]),
+                          ("FP8 GEMMs alone", [e for r, e in fp8 if r.get("fp8_attention") is False])):
         if chosen:
             print(f"  {label}: {len(chosen)} rows, signed median error {statistics.median(chosen):+.3f}")
+    unknown = sum(r.get("fp8_attention") is None for r, _ in fp8)
+    if unknown:
+        print(f"  FP8 attention unknown (a sourced config file absent): {unknown} rows")
 
 
 def write_record(kept: list) -> None:

@@ -199,15 +199,17 @@ def test_torchtitan_03s_saved_config_says_nothing_of_float8_so_an_fp8_runs_preci
     assert ("precision" in result["unchecked"]) is (read is None)
 
 
-@pytest.mark.parametrize("framework", ["megatron", "primus", "nemo"])
-def test_compare_keeps_a_launch_from_before_the_recipe_apart_from_a_repeat_made_since(tmp_path, framework):
+@pytest.mark.parametrize("framework,recipe,apart", [("megatron", "tensorwise", True), ("primus", "current", True),
+                                                    ("nemo", "tensorwise", True), ("megatron", "delayed", False)])
+def test_compare_keeps_a_launch_from_before_the_recipe_apart_from_a_repeat_made_since(tmp_path, framework, recipe,
+                                                                                       apart):
     """Two dry runs of one spec are repeats (one group); the same result with its launch's recipe removed, as a
     Megatron-core launch recorded before 2026-11-29 looked (it ran delayed scaling whatever the spec said), is not."""
     from tests.conftest import run_inprocess
     from tprimat.compare.groups import identity_of
 
     platform = ["platform=amd", "platform.gpu=mi300x"] if framework == "primus" else H100[:2]
-    overrides = [f"framework={framework}", *platform, *H100[2:]]
+    overrides = [f"framework={framework}", *platform, *H100[2:], f"training.fp8.recipe={recipe}"]
     first = run_inprocess(tmp_path / "a", overrides).result
     second = run_inprocess(tmp_path / "b", overrides).result
     assert identity_of(first) == identity_of(second)
@@ -218,4 +220,25 @@ def test_compare_keeps_a_launch_from_before_the_recipe_apart_from_a_repeat_made_
         del argv[argv.index("--fp8-recipe"):argv.index("--fp8-recipe") + 2]
     launch["file_contents"] = {name: "\n".join(line for line in text.splitlines() if "fp8_recipe" not in line)
                                for name, text in launch["file_contents"].items()}
-    assert identity_of(old) != identity_of(first)
+    # a delayed spec ran delayed then as now: a true repeat
+    assert (identity_of(old) != identity_of(first)) is apart
+
+
+@pytest.mark.parametrize("candidates,precision,expected", [
+    ([{"fp8_recipe": "tensorwise", "fp8_dpa": "1", "missing": []}], "fp8", ("tensorwise", True)),
+    ([{"fp8_recipe": None, "fp8_dpa": "False", "missing": []}], "fp8", (None, False)),
+    # a sourced file absent: it may have set FP8_DPA
+    ([{"fp8_recipe": None, "fp8_dpa": None, "missing": ["config_common.sh"]}], "fp8", (None, None)),
+    # candidates that disagree leave the field unknown
+    ([{"fp8_recipe": "delayed", "fp8_dpa": "1", "missing": []},
+      {"fp8_recipe": "tensorwise", "fp8_dpa": "0", "missing": []}], "fp8", (None, None)),
+    ([{"fp8_recipe": "tensorwise", "fp8_dpa": "1", "missing": []}], "bf16", (None, False))])
+def test_mlperf_rows_record_the_fp8_recipe_and_attention_their_configs_agree_on(candidates, precision, expected):
+    import sys
+
+    from tests.conftest import ROOT
+    sys.path.insert(0, str(ROOT / "bench"))
+    from mlperf_layouts import fp8_of
+
+    got = fp8_of(candidates, precision)
+    assert (got["fp8_recipe"], got["fp8_attention"]) == expected

@@ -45,6 +45,7 @@ def identity_of(result: dict) -> str:
 
 
 BEFORE_FP8_RECIPE = "Transformer Engine's delayed scaling, launched before training.fp8.recipe reached the launch"
+CURRENT_SCALING = ("tensorwise", "current")  # what those recipes run under Megatron-core since (tprimat.spec.compat)
 
 
 def scaling_unrecorded(result: dict) -> bool:
@@ -52,9 +53,10 @@ def scaling_unrecorded(result: dict) -> bool:
     generated files name no fp8 recipe, and it ran delayed scaling whatever the spec said, so it is no repeat of a
     run of the same spec launched since (``tensorwise`` and ``current`` run current scaling there)."""
     spec = result.get("spec") or {}
-    if (spec.get("framework") or {}).get("name") not in MEGATRON_CORE or \
-            (spec.get("training") or {}).get("precision") != "fp8":
-        return False
+    training = spec.get("training") or {}
+    if (spec.get("framework") or {}).get("name") not in MEGATRON_CORE or training.get("precision") != "fp8" or \
+            (training.get("fp8") or {}).get("recipe", "tensorwise") not in CURRENT_SCALING:
+        return False  # a delayed spec ran delayed then as now: a true repeat
     plan = result.get("plan")
     launch = plan.get("backend_config") if isinstance(plan, dict) else None
     if not isinstance(launch, dict) or not launch.get("argv"):
