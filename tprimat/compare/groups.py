@@ -24,6 +24,7 @@ from tprimat.compare import flags as checks
 from tprimat.compare import stats
 from tprimat.compare.load import Loaded
 from tprimat.spec.build import IDENTITY_EXCLUDES, spec_identity
+from tprimat.spec.compat import TE_SCALING
 from tprimat.spec.hardware import lookup
 from tprimat.spec.keeps import MEGATRON_CORE
 
@@ -45,7 +46,6 @@ def identity_of(result: dict) -> str:
 
 
 BEFORE_FP8_RECIPE = "Transformer Engine's delayed scaling, launched before training.fp8.recipe reached the launch"
-CURRENT_SCALING = ("tensorwise", "current")  # what those recipes run under Megatron-core since (tprimat.spec.compat)
 
 
 def scaling_unrecorded(result: dict) -> bool:
@@ -55,7 +55,7 @@ def scaling_unrecorded(result: dict) -> bool:
     spec = result.get("spec") or {}
     training = spec.get("training") or {}
     if (spec.get("framework") or {}).get("name") not in MEGATRON_CORE or training.get("precision") != "fp8" or \
-            (training.get("fp8") or {}).get("recipe", "tensorwise") not in CURRENT_SCALING:
+            TE_SCALING.get((training.get("fp8") or {}).get("recipe", "tensorwise")) != "current":
         return False  # a delayed spec ran delayed then as now: a true repeat
     plan = result.get("plan")
     launch = plan.get("backend_config") if isinstance(plan, dict) else None

@@ -66,6 +66,12 @@ def te_scaling(spec: TprimatConf) -> Optional[str]:
     return TE_SCALING.get(spec.training.fp8.recipe) if spec.training.precision == "fp8" else None
 
 
+def megatron_fp8_recipe(spec: TprimatConf) -> Optional[str]:
+    """That scaling in Megatron-core's own name (``--fp8-recipe``, ``TransformerConfig.fp8_recipe``); None without fp8
+    or where Transformer Engine has no such recipe."""
+    return MEGATRON_FP8_RECIPE.get(te_scaling(spec))
+
+
 def get(spec: TprimatConf, key: str):
     node = spec
     for part in key.split("."):

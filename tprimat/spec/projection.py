@@ -47,9 +47,10 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
-    "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus), delayed scaling: its quantize kernels over HBM, the "
-    "unfused inputs forward and every output gradient backward, read in BF16 and written row-wise in FP8, and "
-    "column-wise where the weight trains and the GPU needs the copy (not Blackwell); current scaling is not modelled",
+    "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus): its quantize kernels over HBM, the unfused inputs "
+    "and the norms' outputs forward and every output gradient backward, read in BF16 and written row-wise in FP8, and "
+    "column-wise where the weight trains and the GPU needs the copy (not Blackwell); current scaling reads each input "
+    "once more for its amax (its amax all-reduce under sequence parallelism not modelled)",
 )
 
 
@@ -268,7 +269,8 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     model = model_as_built(spec)
     d = flops.dims(model)
     gated = flops.mlp_matrices(model) - 1  # the up projection's outputs: gate and up (SwiGLU), or up alone
-    transposed = lora_of(spec) is None and record.GPU_CLASSES.get(spec.platform.gpu) not in kernels.TE_FP8_NO_TRANSPOSE
+    lora = lora_of(spec)
+    transposed = lora is None and record.GPU_CLASSES.get(spec.platform.gpu) not in kernels.TE_FP8_NO_TRANSPOSE
     col = 1 if transposed else 0
     current = te_scaling(spec) == "current"
     cast = 3 + (2 if current else 0)  # read BF16, write FP8 row-wise; current scaling's amax pass reads it first
@@ -278,7 +280,6 @@ def fp8_quantize_s(spec: TprimatConf, c: Ceilings) -> tuple[float, float]:
     # (return_layernorm_output, Megatron-Bridge's and NeMo's peft/utils.py), so TE casts it after, unfused; under
     # sequence parallelism they ask for it gathered (return_layernorm_output_gathered): TE gathers it in BF16 and
     # casts the shard and the whole gathered sequence (layernorm_linear.py)
-    lora = lora_of(spec)
     adapted = sum(name in lora.targets for name in ("linear_qkv", "linear_fc1")) if lora else 0
     local = tokens / tp if sp else tokens
     fused = norm_bytes(current, col if not sp else 0)

@@ -9,7 +9,7 @@ import re
 from typing import Optional
 
 from tprimat.logs.clean import clean_lines
-from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
+from tprimat.spec.compat import megatron_fp8_recipe
 from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.schema import TprimatConf
 
@@ -39,7 +39,7 @@ def fp8_recipe(spec: TprimatConf) -> dict:
     if spec.training.precision != "fp8":
         return {}
     if spec.framework.name in MEGATRON_CORE:
-        return {"fp8_recipe": MEGATRON_FP8_RECIPE[te_scaling(spec)]} if te_scaling(spec) else {}
+        return {"fp8_recipe": megatron_fp8_recipe(spec)} if megatron_fp8_recipe(spec) else {}
     return {"fp8_recipe": spec.training.fp8.recipe} if spec.framework.name == "torchtitan" else {}
 
 

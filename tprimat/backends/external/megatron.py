@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
-from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
+from tprimat.spec.compat import megatron_fp8_recipe
 from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of, pipeline_split
@@ -55,7 +55,7 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "bf16": True if tr.precision in ("bf16", "fp8") else None,
         "fp8_format": "hybrid" if tr.precision == "fp8" else None,
         # Transformer Engine's scaling: delayed, or current (Megatron's own name for it: tensorwise)
-        "fp8_recipe": MEGATRON_FP8_RECIPE.get(te_scaling(spec)), **recompute,
+        "fp8_recipe": megatron_fp8_recipe(spec), **recompute,
         # the null tokenizer adds one id (its end of document) to --vocab-size: the model's vocabulary is the spec's
         # and Megatron pads it to make_vocab_size_divisible_by x TP: the multiple tprimat plans with (vocab_multiple)
         "mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": m.vocab_size - 1,

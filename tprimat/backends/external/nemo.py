@@ -20,7 +20,7 @@ from typing import Optional
 
 from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.backends.external.megatron import full_recompute
-from tprimat.spec.compat import MEGATRON_FP8_RECIPE, te_scaling
+from tprimat.spec.compat import megatron_fp8_recipe
 from tprimat.spec.plan import Plan
 from tprimat.spec.schema import TprimatConf, head_dim_of
 
@@ -56,7 +56,7 @@ def values(spec: TprimatConf) -> dict:
             "warmup_steps": opt.warmup_steps, "weight_decay": opt.weight_decay, "adam_beta1": opt.beta1,
             "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip, "tp": par.tp, "pp": par.pp,
             "cp": par.cp, "sequence_parallel": par.sequence_parallel, "precision": tr.precision, "seed": tr.seed,
-            "fp8_recipe": MEGATRON_FP8_RECIPE.get(te_scaling(spec)),
+            "fp8_recipe": megatron_fp8_recipe(spec),
             "vp": par.vp if par.vp > 1 else None, "megatron_fsdp": par.fsdp,
             "distributed_optimizer": par.zero_stage >= 1 or par.fsdp, "grad_reduce_in_fp32": tr.grad_reduce_in_fp32,
             **recompute_of(tr.activation_checkpointing, tr.recompute_num_layers),

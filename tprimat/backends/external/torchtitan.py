@@ -45,7 +45,6 @@ FLAVOUR_SHAPE = {
                                  "rope_scaling_factor": 8.0},
 }
 PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
-
 MODULE, FUNCTION = "tprimat_torchtitan", "tprimat_config"
 SAVED_CONFIG = "tprimat_effective_config.json"  # written by torchtitan into its dump folder
 
