@@ -4,7 +4,10 @@ Every row of the tables the bench cites (per-GPU tokens/s of Llama 2 / 3 / 3.1 a
 B200 and MI355X, from Megatron-Bridge, NeMo, torchtitan and MLPerf results) that the spec can express (the GPU,
 model, precision, GPU count, batch and layout, and the hardware the source states: torchtitan's H100s are the
 96 GB HBM2e part) is projected from the hardware table's published ceilings and the stacks' published kernel
-figures (``tprimat.spec.kernels``); nothing is fitted to these rows. Each row is scored (``bench/projection_rows.py``:
+figures (``tprimat.spec.kernels``), and one learned term, the per-operation gap on a GPU (``tprimat.spec.op_gap``,
+learned by ``bench/op_gap.py`` from the development rows alone: this bench scores each development family at the
+gap learned without it, leave-one-family-out, and the held-out sets at the gap learned from every development
+family); nothing else is fitted to these rows. Each row is scored (``bench/projection_rows.py``:
 the rows the method was developed against) or held out (``bench/held_out_3.py``: committed on its own before it was
 first scored); near-duplicates (one configuration at another GPU count or software version) share a family and
 count once; the rows it cannot express are listed with why. Each median is printed again with each modelled
@@ -46,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import op_gap as op_gap_bench  # noqa: E402
 from families import family_median  # noqa: E402
 from mlperf_projection_rows import load  # noqa: E402
 from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
@@ -53,7 +57,7 @@ from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
 from tprimat.compose import Composer  # noqa: E402
 from tprimat.execute.prepare import prepare  # noqa: E402
 from tprimat.execute.project import projection_of  # noqa: E402
-from tprimat.spec import kernels, record  # noqa: E402
+from tprimat.spec import kernels, op_gap, record  # noqa: E402
 from tprimat.spec.build import build_spec  # noqa: E402
 from tprimat.spec.detect import DetectedHardware, cpu_precision  # noqa: E402
 from tprimat.spec.plan import make_plan  # noqa: E402
@@ -135,12 +139,26 @@ def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, floa
     return name, p["tokens_per_s_per_device"], p["verified"]["tokens_per_s_per_device"], p["measure_time_s"]
 
 
-def published(rows: list[dict], quiet: bool = False, kept: list | None = None) -> list[tuple[str, float]]:
+@contextmanager
+def gap_of(seconds: float | None):
+    """The projection with this per-operation gap in place of the learned one (None: the learned one)."""
+    if seconds is None:
+        yield
+        return
+    stand_in = op_gap.Gap(seconds, 0, 0, float("nan"), "leave-one-family-out (bench/op_gap.py)")
+    with mock.patch.object(op_gap, "learned", lambda: stand_in):
+        yield
+
+
+def published(rows: list[dict], quiet: bool = False, kept: list | None = None,
+              gaps: dict | None = None) -> list[tuple[str, float]]:
     """Each row's projection against its published figure (printed unless ``quiet``): (family, error) pairs;
-    ``kept``: each scored row and its error appended (the record's input)."""
+    ``kept``: each scored row and its error appended (the record's input); ``gaps``: each development family's
+    per-operation gap learned without it (leave-one-family-out), else the learned gap."""
     errors = []
     for published_row in rows:
-        p = project_row(published_row["overrides"])
+        with gap_of((gaps or {}).get(published_row["family"])):
+            p = project_row(published_row["overrides"])
         if not p["available"]:
             if not quiet:
                 print(f"{published_row['name']}: not projected: {p['reason']}")
@@ -176,22 +194,36 @@ def no_fp8_quantize_kernels():
         yield
 
 
+@contextmanager
+def no_op_gap():
+    with mock.patch.object(op_gap, "learned", lambda: None):
+        yield
+
+
 # Each modelled effect, and what the projection does in its place when it is taken away
 EFFECTS = {"the stacks' attention kernels (attention at the matmul ceiling instead)": attention_at_the_matmul_ceiling,
            "torchtitan's op SAC (its selective recompute as Megatron's instead)": megatron_style_selective_recompute,
-           "Transformer Engine's FP8 quantize kernels (FP8 GEMMs alone)": no_fp8_quantize_kernels}
+           "Transformer Engine's FP8 quantize kernels (FP8 GEMMs alone)": no_fp8_quantize_kernels,
+           "the learned per-operation gap (the roofline alone instead)": no_op_gap}
 
 
-def scored_set(label: str, rows: list[dict], quiet: bool = False, kept: list | None = None) -> float:
+def without(effect, rows: list[dict], gaps: dict | None) -> float:
+    """The rows' median with one modelled effect taken away (taking the learned gap away takes its folds' too)."""
+    taken_away = EFFECTS[effect]
+    with taken_away():
+        return family_median(published(rows, quiet=True, gaps=None if taken_away is no_op_gap else gaps))
+
+
+def scored_set(label: str, rows: list[dict], quiet: bool = False, kept: list | None = None,
+               gaps: dict | None = None) -> float:
     """Print a set's rows (unless ``quiet``: printed already), its median over families, and that median with each
-    modelled effect taken away."""
-    errors = published(rows, quiet, kept)
+    modelled effect taken away; ``gaps``: a development set's leave-one-family-out gaps."""
+    errors = published(rows, quiet, kept, gaps)
     median = family_median(errors)
     print(f"{label}: median |error| {median:.3f} over {len({f for f, _ in errors})} families (near-duplicates "
           f"once) of {len(errors)} rows")
-    for effect, taken_away in EFFECTS.items():
-        with taken_away():
-            print(f"  without {effect}: {family_median(published(rows, quiet=True)):.3f}")
+    for effect in EFFECTS:
+        print(f"  without {effect}: {without(effect, rows, gaps):.3f}")
     print(f"  power cap: not modelled ({kernels.POWER_CAP_NOTE})")
     return median
 
@@ -222,11 +254,13 @@ def main() -> None:
         held_out_2()
         return
     kept: list = []
-    scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED, kept=kept)
+    gaps = learned_gaps()
+    scored_set("scored (the rows the method was developed against, bench/projection_rows.py)", SCORED, kept=kept,
+               gaps=gaps)
     scored = [(r["family"], error) for r, error in kept]
     for name, why in NOT_EXPRESSIBLE:
         print(f"{name}: not expressed: {why}")
-    mlperf = mlperf_sets(kept, MLPERF_SCORED, "mlperf", "MLPerf v5.1")
+    mlperf = mlperf_sets(kept, MLPERF_SCORED, "mlperf", "MLPerf v5.1", gaps)
     held = []
     for module in HELD_OUT_SETS:
         rows = [row(**r) for r in importlib.import_module(module).PUBLISHED]
@@ -249,9 +283,25 @@ def main() -> None:
     print(f"projection_median_abs_error={family_median(scored + mlperf):.3f}")
 
 
-def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list[tuple[str, float]]:
+def learned_gaps() -> dict:
+    """Each development family's per-operation gap learned without it (bench/op_gap.py); says whether the gap the
+    projection carries (tprimat/spec/op_gap.json) is the one the development rows give."""
+    curves, chosen, held = op_gap_bench.learn()
+    committed = op_gap.learned()
+    learned_us = op_gap_bench.GRID_US[chosen]
+    print(f"per-operation gap: {learned_us:g} us learned from {len(held)} development families "
+          f"(leave-one-family-out median |error| {op_gap_bench.cross_validated(curves, held):.3f}); "
+          + ("the committed op_gap.json agrees" if committed and committed.seconds * 1e6 == learned_us else
+             f"op_gap.json holds {committed.seconds * 1e6:g} us: rerun bench/op_gap.py --write" if committed else
+             "no op_gap.json: run bench/op_gap.py --write"))
+    return {family: op_gap_bench.GRID_US[i] / 1e6 for family, i in held.items()}
+
+
+def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str,
+                gaps: dict | None = None) -> list[tuple[str, float]]:
     """Rows files' MLPerf rows: each expressed or listed with why not, scored, then by vendor (``<prefix>_amd``,
-    ``<prefix>_nvidia``, then ``<prefix>_median_abs_error``); their (family, error)."""
+    ``<prefix>_nvidia``, then ``<prefix>_median_abs_error``); their (family, error); ``gaps``: a development set's
+    leave-one-family-out gaps."""
     rows, not_expressed = [], []
     for name in (names,) if isinstance(names, str) else names:
         expressed, listed = load(name)
@@ -259,7 +309,7 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
     for name, why in not_expressed:
         print(f"{name}: not expressed: {why}")
     these: list = []
-    errors = published(rows, kept=these)
+    errors = published(rows, kept=these, gaps=gaps)
     kept += these
     print(f"{label}: {len(rows)} rows expressed, {len(not_expressed)} not")
     for vendor in ("amd", "nvidia"):
@@ -269,9 +319,8 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str) -> list
     print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
     fp8_attention(these)
-    for effect, taken_away in EFFECTS.items():
-        with taken_away():
-            print(f"  without {effect}: {family_median(published(rows, quiet=True)):.3f}")
+    for effect in EFFECTS:
+        print(f"  without {effect}: {without(effect, rows, gaps):.3f}")
     return errors
 
 

@@ -17,7 +17,7 @@ from tests.conftest import ROOT, run_inprocess
 from tprimat import backends
 from tprimat.backends.external.audit import audit
 from tprimat.backends.external.base import ExternalFailed, Launch
-from tprimat.backends.external.megatron import megatron_settings
+from tprimat.backends.external.megatron import as_cli, megatron_settings
 from tprimat.compose import compose
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
@@ -448,6 +448,20 @@ def test_torchtitans_own_config_manager_accepts_every_default_matrix_config(tmp_
         assert check["error"] is None, check
         assert check["lrs"] == [spec.training.optimizer.lr] and check["seq_len"] == spec.training.seq_length
         assert check["global_batch_size"] == spec.training.global_batch_size
+
+
+@pytest.mark.parametrize("sharding,gather", [(["parallelism.fsdp=false", "parallelism.zero_stage=1"], True),
+                                             (["parallelism.fsdp=true", "parallelism.zero_stage=0"], True),
+                                             (["parallelism.fsdp=false", "parallelism.zero_stage=0"], False)])
+def test_megatron_lm_overlaps_its_data_parallel_traffic_where_validate_args_allows(sharding, gather):
+    """Megatron-LM's own Llama 3 example passes --overlap-grad-reduce and --overlap-param-gather; both are off by
+    default, and validate_args (core_v0.16.1) takes the gather only with the distributed optimizer or Megatron FSDP,
+    and only beside the overlapped reduce."""
+    spec, plan = spec_plan(["platform=nvidia", "platform.gpu=h100", "model=llama", "framework=megatron", *sharding])
+    argv = megatron_settings(spec, plan)
+    assert argv["overlap_grad_reduce"] is True
+    assert argv["overlap_param_gather"] is (True if gather else None)
+    assert "--overlap-grad-reduce" in as_cli(argv) and ("--overlap-param-gather" in as_cli(argv)) is gather
 
 
 def test_megatron_core_accepts_the_translation():

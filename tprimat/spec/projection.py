@@ -23,6 +23,11 @@ Model, each assumption stated in the result's ``projection.assumptions``:
 - The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike), (pp - 1) / vp under an
   interleaved schedule (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B); the optimizer step
   reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
+- One learned term (``tprimat.spec.op_gap``): on a GPU whose ceilings come from the hardware table, each traced
+  operation adds a gap beyond its roofline (kernel launch, fill and drain, a small GEMM's last wave), learned from
+  the development rows alone by least median error and scored leave-one-family-out (``bench/op_gap.py``).
+- Gradients reduce over the group the framework holds them in: data-parallel x context-parallel ranks for
+  Megatron-core and torchtitan, data-parallel ranks alone otherwise.
 - LoRA (training.peft=lora): the trace builds the adapters and freezes the base, so its backward holds only the
   GEMMs autograd runs (input gradients through frozen weights, no weight gradients but the adapters'); gradient
   traffic and the optimizer step cover the adapters alone.
@@ -33,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from tprimat.spec import flops, hardware, keeps, kernels, record
+from tprimat.spec import flops, hardware, keeps, kernels, op_gap, record
 from tprimat.spec.compat import te_scaling
 from tprimat.spec.frameworks import model_as_built
 from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, pipeline_split
@@ -47,6 +52,8 @@ ASSUMPTIONS = (
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
     "pipeline bubble (pp - 1) / vp micro-batch times per step; AdamW step 28 B per local parameter over HBM",
+    "a learned gap per traced operation on a GPU (tprimat.spec.op_gap: its value, rows and cross-validated error "
+    "in the sources); gradients reduced over data-parallel x context-parallel ranks where the framework holds them so",
     "fp8 under Transformer Engine (Megatron-LM, NeMo, Primus): its quantize kernels over HBM, the unfused inputs "
     "and the norms' outputs forward and every output gradient backward, read in BF16 and written row-wise in FP8, and "
     "column-wise where the weight trains and the GPU needs the copy (not Blackwell); current scaling reads each input "
@@ -85,6 +92,7 @@ class Ceilings:
     op_overhead_s: float = 0.0  # per operation: dispatch (and launch) cost, measured by tprimat preflight
     synchronous: bool = False  # CPU: an operation's overhead adds to its work; GPU: launches run ahead
     attention_bwd_tflops: Optional[float] = None  # the attention kernel's backward, when it differs
+    op_gap_s: float = 0.0  # per operation on a GPU beyond its roofline: learned (``tprimat.spec.op_gap``)
 
 
 def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optional[Ceilings], Optional[str]]:
@@ -104,10 +112,12 @@ def ceilings(spec: TprimatConf, preflight: Optional[dict] = None) -> tuple[Optio
     capped = f" (platform.power_limit_w={spec.platform.power_limit_w:g} W: {kernels.POWER_CAP_NOTE})" \
         if kernels.power_capped(spec.platform.power_limit_w, device.tdp_w) else ""
     (fwd, bwd), attention_source = attention_ceilings(spec, device)
+    gap = op_gap.learned()
     return Ceilings(matmul, fwd, bandwidth.hbm_gb_s, bandwidth.link_gb_s, hardware.INTER_NODE_GB_S,
                     {"matmul": why + capped, "attention": attention_source, "memory": bandwidth.source,
-                     "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE},
-                    attention_bwd_tflops=bwd), None
+                     "intra_node": bandwidth.source, "inter_node": hardware.INTER_NODE_SOURCE,
+                     "op_gap": op_gap.source(gap)},
+                    attention_bwd_tflops=bwd, op_gap_s=gap.seconds if gap else 0.0), None
 
 
 def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[tuple[float, float], str]:
@@ -174,7 +184,7 @@ def op_time_s(op: OpCost, c: Ceilings, backward: bool = False) -> float:
     attention = c.attention_bwd_tflops if backward and c.attention_bwd_tflops else c.attention_tflops
     tflops = attention if op.kind == "attention" else c.matmul_tflops
     work = max(op.flops / (tflops * 1e12), op.bytes / (c.memory_gb_s * 1e9))
-    return work + c.op_overhead_s if c.synchronous else max(work, c.op_overhead_s)
+    return work + c.op_overhead_s if c.synchronous else max(work, c.op_overhead_s) + c.op_gap_s
 
 
 def phase_s(ops: list[OpCost], c: Ceilings, flops_scale: float = 1.0, attention_scale: float = 1.0,
@@ -327,8 +337,12 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
     stage_params = flops.heaviest_stage_params(model, pp, *pipeline_split(spec)) / tp
     trained = flops.trained_stage_params(model, pp, lora_of(spec), *pipeline_split(spec)) / tp  # LoRA: adapters
-    grad_bytes = keeps.of(spec).grad_bytes
-    dp_group = Group("dp", dp, tp * cp)
+    keep = keeps.of(spec)
+    grad_bytes = keep.grad_bytes
+    # the gradients' group: Megatron-core reduces them over data-parallel x context-parallel ranks (its DDP and
+    # distributed optimizer take the data-parallel group with_context_parallel) and torchtitan shards over its
+    # dp_shard x cp mesh: every CP rank holds gradients of the same weights from its part of the sequence
+    dp_group = Group("dp", dp * cp, tp) if keep.shards_over_cp else Group("dp", dp, tp * cp)
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
     kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp
     cp_layer = ring_s("all_gather", kv, Group("cp", cp, tp), per_node, c)

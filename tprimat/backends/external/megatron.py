@@ -43,6 +43,12 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
         "use_distributed_optimizer": True if par.zero_stage >= 1 or par.fsdp else None,
         "use_megatron_fsdp": True if par.fsdp else None,
+        # gradients reduced under the backward and parameters gathered under the next forward, as Megatron-LM's own
+        # Llama 3 example runs (examples/llama/train_llama3_8b_h100_fp8.sh) and NeMo's and Megatron-Bridge's recipes
+        # set; both off by default (Megatron-LM's arguments, Primus's trainer_base.yaml). validate_args: the gather
+        # needs the distributed optimizer or Megatron FSDP, and the overlapped reduce
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True if par.zero_stage >= 1 or par.fsdp else None,
         "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
         # Megatron-LM's validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format" (core_v0.16.1)
         "ckpt_format": "fsdp_dtensor" if par.fsdp else None,

@@ -1,0 +1,76 @@
+"""The projection's one learned term, the per-operation gap on a GPU (``tprimat.spec.op_gap``): what an operation
+pays for it, which ceilings carry it, how ``bench/op_gap.py`` learns it (leave-one-family-out on hand-made
+curves), and that the committed ``op_gap.json`` is what the development rows give."""
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tprimat.compose import compose
+from tprimat.spec import op_gap
+from tprimat.spec.build import build_spec
+from tprimat.spec.projection import Ceilings, OpCost, ceilings, op_time_s, preflight_ceilings
+
+sys.path.insert(0, str(ROOT / "bench"))
+bench = importlib.import_module("op_gap")
+
+
+def test_a_gpu_operation_pays_the_gap_beyond_its_roofline_and_a_cpu_one_does_not():
+    """100 TFLOP/s, 1000 GB/s: a 1-TFLOP matmul takes 10 ms, a 1-MB copy 1 us; on a GPU each pays 4 us more, and a
+    launch floor (2 us measured per operation) bounds the work before the gap is added; a CPU (synchronous) adds its
+    measured overhead and no gap."""
+    gpu = Ceilings(100.0, 100.0, 1000.0, None, None, op_overhead_s=2e-6, op_gap_s=4e-6)
+    assert op_time_s(OpCost("matmul", 1e12, 0.0), gpu) == pytest.approx(0.01 + 4e-6)
+    assert op_time_s(OpCost("memory", 0.0, 1e6), gpu) == pytest.approx(2e-6 + 4e-6)
+    cpu = Ceilings(100.0, 100.0, 1000.0, None, None, op_overhead_s=2e-6, synchronous=True, op_gap_s=4e-6)
+    assert op_time_s(OpCost("memory", 0.0, 1e6), cpu) == pytest.approx(1e-6 + 2e-6)
+
+
+def test_the_tables_ceilings_carry_the_committed_gap_and_a_preflights_none():
+    committed = json.loads((ROOT / "tprimat" / "spec" / "op_gap.json").read_text())
+    c, _ = ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=h100", "model=llama_tiny"])))
+    assert c.op_gap_s == pytest.approx(committed["op_gap_us"] / 1e6)
+    assert f"{committed['cv_median_abs_error']:.3f}" in c.sources["op_gap"]
+    assert "leave-one-family-out" in c.sources["op_gap"]
+    measured, _ = preflight_ceilings({"matmul_tflops": {"bf16": 50.0}, "memory_gb_s": 500.0, "op_overhead_us": 3.0},
+                                     "bf16")
+    assert measured.op_gap_s == 0.0 and measured.op_overhead_s == pytest.approx(3e-6)
+
+
+def test_the_gap_is_learned_by_least_median_and_scored_without_each_family():
+    """Three families' errors at gaps 0, 1 and 2 (grid indices). The medians of |error| over families are 0.2, 0.1
+    and 0.2: index 1. Left out, each family still gets index 1 from the other two. Two families that disagree: a tie
+    at 0.25 (index 0, the smaller); left out, each gets the other's best, 0.5 off."""
+    c = bench.Curve
+    three = [c("a", "A", (0.3, 0.1, -0.1)), c("b", "B", (0.2, 0.0, -0.2)), c("c", "C", (0.1, -0.1, -0.3))]
+    assert bench.best(three) == 1
+    held = bench.leave_one_family_out(three)
+    assert held == {"A": 1, "B": 1, "C": 1} and bench.cross_validated(three, held) == pytest.approx(0.1)
+    two = [c("a", "A", (0.0, 0.5)), c("b", "B", (0.5, 0.0))]
+    assert bench.best(two) == 0
+    held = bench.leave_one_family_out(two)
+    assert held == {"A": 1, "B": 0} and bench.cross_validated(two, held) == pytest.approx(0.5)
+
+
+def test_near_duplicates_count_once_in_the_fit():
+    """Family A holds three rows best at index 0, B and C one row each best at index 1: by rows index 0 would win,
+    by families (A once) index 1 does."""
+    c = bench.Curve
+    curves = [c("a1", "A", (0.0, 0.3)), c("a2", "A", (0.0, 0.3)), c("a3", "A", (0.0, 0.3)),
+              c("b", "B", (0.3, 0.0)), c("c", "C", (0.3, 0.0))]
+    assert bench.best(curves) == 1
+
+
+def test_the_committed_gap_is_what_the_development_rows_give():
+    """bench/op_gap.py relearned here from the development rows alone (the published tables and MLPerf v5.1): the
+    gap and its errors as op_gap.json states them, so the figure cannot drift from its rows unnoticed."""
+    committed = json.loads(op_gap.LEARNED.read_text())
+    curves, chosen, held = bench.learn()
+    assert bench.GRID_US[chosen] == committed["op_gap_us"]
+    assert (len(held), len(curves)) == (committed["families"], committed["rows"])
+    assert round(bench.median_at(curves, chosen), 4) == committed["fitted_median_abs_error"]
+    assert round(bench.cross_validated(curves, held), 4) == committed["cv_median_abs_error"]
+    assert not any(r["name"].startswith(("MLPerf v5.0", "MLPerf v4")) for r in bench.development_rows())
