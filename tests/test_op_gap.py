@@ -74,3 +74,17 @@ def test_the_committed_gap_is_what_the_development_rows_give():
     assert round(bench.median_at(curves, chosen), 4) == committed["fitted_median_abs_error"]
     assert round(bench.cross_validated(curves, held), 4) == committed["cv_median_abs_error"]
     assert not any(r["name"].startswith(("MLPerf v5.0", "MLPerf v4")) for r in bench.development_rows())
+
+
+def test_a_projection_prints_its_gap_beside_its_source(capsys):
+    from tprimat.execute.project import print_projection, projection_of
+    from tprimat.spec.detect import DetectedHardware
+    from tprimat.spec.plan import make_plan
+
+    spec = build_spec(compose(["platform=nvidia", "platform.gpu=h100", "model=llama_tiny"]))
+    p = projection_of(spec, make_plan(spec, DetectedHardware("none", "no live hardware", 0, 0.0, None)))
+    print_projection("tiny", p)
+    gap = op_gap.learned()
+    assert p["ceilings"]["op_gap_s"] == gap.seconds
+    line = next(x for x in capsys.readouterr().out.splitlines() if "ceiling op_gap_s" in x)
+    assert f"{gap.seconds * 1e6:g} us a traced operation, learned from {gap.families} development families" in line

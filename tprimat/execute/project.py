@@ -59,7 +59,15 @@ def print_projection(label: str, p: dict) -> None:
         print_measured(p)
         return
     for name, value in p["ceilings"].items():
-        print(f"  ceiling {name}: {value}  ({p['sources'].get(name.rsplit('_', 2)[0], '')})")
+        print(f"  ceiling {name}: {value}  ({p['sources'].get(source_key(name), '')})")
+
+
+def source_key(ceiling: str) -> str:
+    """A ceiling's name without its unit: the key its source is kept under (``intra_node_gb_s``: ``intra_node``)."""
+    for unit in ("_tflops", "_gb_s", "_s"):
+        if ceiling.endswith(unit):
+            return ceiling.removesuffix(unit)
+    return ceiling
 
 
 def print_measured(p: dict) -> None:

@@ -390,7 +390,8 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
             "micro_batch_s": micro.total_s, "micro_batches": accum,
             "ceilings": {"matmul_tflops": c.matmul_tflops, "attention_tflops": c.attention_tflops,
                          "memory_gb_s": c.memory_gb_s, "intra_node_gb_s": c.intra_node_gb_s,
-                         "inter_node_gb_s": c.inter_node_gb_s, "op_overhead_s": c.op_overhead_s},
+                         "inter_node_gb_s": c.inter_node_gb_s, "op_overhead_s": c.op_overhead_s,
+                         "op_gap_s": c.op_gap_s},
             "sources": dict(c.sources), "assumptions": [*ASSUMPTIONS, *power_cap_note(spec)]}
 
 
