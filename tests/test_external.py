@@ -207,6 +207,18 @@ def test_primus_names_the_norm_epsilon_as_its_megatron_lm_does():
     assert over["layernorm_epsilon"] == 1e-6 and "norm_epsilon" not in over  # Qwen 2.5's published rms_norm_eps
 
 
+@pytest.mark.parametrize("zero_stage,sharded", [(0, False), (1, True)])
+def test_primus_states_the_optimizer_the_plan_holds(zero_stage, sharded):
+    """Primus's pre_trainer.yaml turns the distributed optimizer on (v26.5.1, use_distributed_optimizer: true), and its
+    trainer_base.yaml both overlaps off: an experiment states all three, so nothing is inherited that the plan does not
+    hold (an unstated optimizer ran sharded at zero_stage 0, found by a review on 2026-11-29)."""
+    spec, plan = spec_plan(["framework=primus", *GPU[:3], "parallelism.fsdp=false", f"parallelism.zero_stage={zero_stage}"])
+    over = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])[
+        "modules"]["pre_trainer"]["overrides"]
+    assert over["use_distributed_optimizer"] is sharded and over["overlap_grad_reduce"] is True
+    assert over.get("overlap_param_gather", False) is sharded
+
+
 def test_primus_fp8_is_its_own_key():
     spec, plan = spec_plan(["framework=primus", *GPU[:3], "training.precision=fp8", "model=mistral"])
     module = yaml.safe_load(backends.load("primus").launch(spec, plan, Path("l")).files["experiment.yaml"])["modules"]

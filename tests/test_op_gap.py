@@ -73,7 +73,29 @@ def test_the_committed_gap_is_what_the_development_rows_give():
     assert (len(held), len(curves)) == (committed["families"], committed["rows"])
     assert round(bench.median_at(curves, chosen), 4) == committed["fitted_median_abs_error"]
     assert round(bench.cross_validated(curves, held), 4) == committed["cv_median_abs_error"]
-    assert not any(r["name"].startswith(("MLPerf v5.0", "MLPerf v4")) for r in bench.development_rows())
+
+def test_no_held_out_row_is_a_development_row():
+    """The held-out sets (bench/held_out_2.py, 3 and 4; MLPerf v5.0, v4.1 and v4.0) stay out of the fit."""
+    rows = importlib.import_module("projection_rows")
+    held = {rows.row(**r)["name"] for m in ("held_out_2", "held_out_3", "held_out_4")
+            for r in importlib.import_module(m).PUBLISHED}
+    for name in ("mlperf_rows_v50.json", "mlperf_rows_v41.json", "mlperf_rows_v40.json"):
+        expressed, listed = bench.load(name)
+        held |= {r["name"] for r in expressed} | {n for n, _ in listed}
+    development = {r["name"] for r in bench.development_rows()}
+    assert len(held) > 100 and not development & held
+    assert all(n.startswith("MLPerf v5.1") for n in development if n.startswith("MLPerf v"))
+
+
+def test_the_bench_scores_each_development_family_at_the_gap_it_is_given():
+    """bench/projection.py's leave-one-family-out wiring: two rows of two families at 0 and 20 us, against the same rows
+    projected at those gaps along bench/op_gap.py's own path (the ceilings replaced, not the learned gap patched)."""
+    scorer = importlib.import_module("projection")  # bench/projection.py
+    a, b = scorer.SCORED[0], next(r for r in scorer.SCORED if r["family"] != scorer.SCORED[0]["family"])
+    errors = scorer.published([a, b], quiet=True, gaps={a["family"]: 0.0, b["family"]: 20e-6})
+    assert errors[0][1] == pytest.approx(bench.curve(a, (0.0,)).errors[0], rel=1e-9)
+    assert errors[1][1] == pytest.approx(bench.curve(b, (20.0,)).errors[0], rel=1e-9)
+    assert errors[0][1] != pytest.approx(bench.curve(a, (4.0,)).errors[0], rel=1e-6)  # not the learned gap
 
 
 def test_a_projection_prints_its_gap_beside_its_source(capsys):

@@ -146,20 +146,32 @@ def test_data_parallel_step_by_hand():
     assert p["mfu"] is None  # no peak given
 
 
-@pytest.mark.parametrize("framework,group,local_members", [("megatron", 4, 2), ("native", 2, 1)])
-def test_gradients_reduce_over_the_group_the_framework_holds_them_in_by_hand(framework, group, local_members):
-    """Two nodes of two GPUs, CP 2, DP 2. Megatron-core reduces gradients over data-parallel x context-parallel
-    ranks (its DDP's group with_context_parallel): 4 ranks, neighbours adjacent, two in each node, so the ring runs
-    over two NICs a node. tprimat's native trainer over its data-parallel ranks alone: 2 ranks, a CP group apart,
-    one in each node. 1 MB/s per NIC: the traffic outlasts the backward it hides behind."""
-    spec = spec_of(f"framework={framework}", "framework.path=.", "platform.devices_per_node=2", "platform.nodes=2",
-                   "parallelism.cp=2", "parallelism.fsdp=false", "parallelism.zero_stage=0",
-                   "training.global_batch_size=2", "training.micro_batch_size=1")
-    slow = Ceilings(100.0, 100.0, 1000.0, 100.0, 0.001)
-    p = project(spec, WORK, slow, dp=2, accum=1, peak_tflops=None)
+# Two nodes of two GPUs, CP 2, DP 2, 1 MB/s per NIC: the traffic outlasts the compute it hides behind. Megatron-core
+# reduces gradients over data-parallel x context-parallel ranks (its DDP's group with_context_parallel) and torchtitan
+# shards over its dp_shard x cp mesh: 4 ranks, neighbours adjacent, two in each node, so the ring runs over two NICs
+# a node. (Over data-parallel ranks alone, a CP group apart, it would be 2 ranks on one NIC a node.)
+CP_ACROSS_NODES = ["platform.devices_per_node=2", "platform.nodes=2", "parallelism.cp=2",
+                   "training.global_batch_size=2", "training.micro_batch_size=1"]
+SLOW_NICS = Ceilings(100.0, 100.0, 1000.0, 100.0, 0.001)
+
+
+def test_megatron_reduces_gradients_over_data_and_context_parallel_ranks_by_hand():
+    spec = spec_of("framework=megatron", "framework.path=.", "parallelism.fsdp=false", "parallelism.zero_stage=0",
+                   *CP_ACROSS_NODES)
+    p = project(spec, WORK, SLOW_NICS, dp=2, accum=1, peak_tflops=None)
     params = flops.param_counts(spec.model)[0]
-    all_reduce = 2 * (group - 1) / group * params * 4 / (0.001e9 * local_members)  # fp32 gradients both
+    all_reduce = 2 * (4 - 1) / 4 * params * 4 / (0.001e9 * 2)  # fp32 gradients, 4 ranks, two NICs a node
     assert p["breakdown_s"]["dp_s"] == pytest.approx(all_reduce - 4 * 0.04)  # less the last backward (4 layers)
+
+
+def test_torchtitan_shards_over_data_and_context_parallel_ranks_by_hand():
+    spec = spec_of("framework=torchtitan", "parallelism.fsdp=true", "parallelism.zero_stage=0", *CP_ACROSS_NODES)
+    p = project(spec, WORK, SLOW_NICS, dp=2, accum=1, peak_tflops=None)
+    params = flops.param_counts(spec.model)[0]
+    gather = (4 - 1) / 4 * params * 2 / (0.001e9 * 2)  # bf16 parameters gathered per block
+    scatter = (4 - 1) / 4 * params * 4 / (0.001e9 * 2)  # fp32 gradients reduce-scattered
+    assert p["breakdown_s"]["fsdp_s"] == pytest.approx(2 * gather + scatter - 4 * LAYER_S)
+    assert p["breakdown_s"]["optimizer_s"] == pytest.approx(params / 4 * 28 / 1000e9)  # sharded over all 4 ranks
 
 
 def test_fsdp_traffic_hides_behind_compute_and_shards_the_optimizer_by_hand():

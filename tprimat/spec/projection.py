@@ -376,8 +376,8 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
         return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
                            "--ranks N, or use a device in the hardware table)")
     trained = flops.trained_stage_params(model_as_built(spec), par.pp, lora_of(spec), *pipeline_split(spec))
-    local_params = trained / par.tp / (
-        dp if par.fsdp or par.zero_stage >= 1 else 1)
+    group = dp * (par.cp if keeps.of(spec).shards_over_cp else 1)  # the optimizer shards over the gradients' group
+    local_params = trained / par.tp / (group if par.fsdp or par.zero_stage >= 1 else 1)
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
     compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s
     step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s

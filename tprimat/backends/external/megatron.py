@@ -41,17 +41,7 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "adam_beta1": opt.beta1, "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip,
         "tensor_model_parallel_size": par.tp, "pipeline_model_parallel_size": par.pp,
         "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
-        "use_distributed_optimizer": True if par.zero_stage >= 1 or par.fsdp else None,
-        "use_megatron_fsdp": True if par.fsdp else None,
-        # gradients reduced under the backward and parameters gathered under the next forward, as Megatron-LM's own
-        # Llama 3 example runs (examples/llama/train_llama3_8b_h100_fp8.sh) and NeMo's and Megatron-Bridge's recipes
-        # set; both off by default (Megatron-LM's arguments, Primus's trainer_base.yaml). validate_args: the gather
-        # needs the distributed optimizer or Megatron FSDP, and the overlapped reduce
-        "overlap_grad_reduce": True,
-        "overlap_param_gather": True if par.zero_stage >= 1 or par.fsdp else None,
-        "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
-        # Megatron-LM's validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format" (core_v0.16.1)
-        "ckpt_format": "fsdp_dtensor" if par.fsdp else None,
+        **sharding_settings(spec),
         # Megatron's uneven split counts the embedding and the loss as layers, virtual stages included
         "account_for_embedding_in_pipeline_split": True if par.account_for_embedding_in_pipeline_split else None,
         "account_for_loss_in_pipeline_split": True if par.account_for_loss_in_pipeline_split else None,
@@ -68,6 +58,26 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "make_vocab_size_divisible_by": vocab_multiple(spec) // par.tp, "seed": tr.seed, "log_interval": 1,
         "log_throughput": True,
         "eval_iters": 0, "eval_interval": tr.max_steps + 1, "distributed_backend": "nccl",
+    }
+
+
+def sharding_settings(spec: TprimatConf) -> dict:
+    """The data-parallel side: the distributed optimizer (zero_stage >= 1) or Megatron FSDP, and the overlap of their
+    traffic with compute: gradients reduced under the backward and parameters gathered under the next forward, as
+    Megatron-LM's own Llama 3 example runs (examples/llama/train_llama3_8b_h100_fp8.sh) and NeMo's and Megatron-Bridge's
+    recipes set. Both are off by default (Megatron-LM's arguments, Primus's trainer_base.yaml) but under Megatron FSDP,
+    which turns them on itself; validate_args takes the gather only with the distributed optimizer or Megatron FSDP,
+    and only beside the overlapped reduce."""
+    par = spec.parallelism
+    sharded = par.zero_stage >= 1 or par.fsdp
+    return {
+        "use_distributed_optimizer": True if sharded else None,
+        "use_megatron_fsdp": True if par.fsdp else None,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True if sharded else None,
+        "data_parallel_sharding_strategy": "optim_grads_params" if par.fsdp else None,
+        # Megatron-LM's validate_args: "Megatron FSDP only supports fsdp_dtensor checkpoint format" (core_v0.16.1)
+        "ckpt_format": "fsdp_dtensor" if par.fsdp else None,
     }
 
 

@@ -38,6 +38,9 @@ def experiment(spec: TprimatConf, plan: Plan, workspace: str) -> dict:
         name, convert = FLAG_ONLY.get(key, (key, lambda v: v))
         overrides[name] = convert(value)
     overrides.setdefault("fp8", None)  # Primus merges keys silently: state "no fp8" instead of inheriting it
+    # and the optimizer: Primus's pre_trainer.yaml turns the distributed optimizer on (v26.5.1), so at
+    # parallelism.zero_stage=0 it would shard the optimizer that the plan and the projection hold whole
+    overrides.setdefault("use_distributed_optimizer", False)
     model_yaml = spec.framework.recipe or MODEL_YAML.get(spec.model.name) or FAMILY_YAML[spec.model.family]
     return {"work_group": "tprimat", "user_name": "tprimat", "exp_name": f"{spec.model.name}-{spec.framework.name}",
             "workspace": workspace,
