@@ -148,14 +148,19 @@ def test_deepspeed_runs_again_in_the_same_process(tmp_path):
     """A sweep under Hydra's basic launcher runs its points in one process: a second DeepSpeed run (here the
     Trainer's DeepSpeed integration after a DeepSpeed engine) must not meet the first one's destroyed group, nor
     the environment they wrote (RANK, WORLD_SIZE: a later launch looked like a torchrun rank; a plain Trainer run
-    after them like a DeepSpeed one)."""
+    after them like a DeepSpeed one), nor ZeRO-3's linear in place of torch's (a later projection traced 7 more
+    operations a layer through it)."""
     import os
+
+    import torch
 
     keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "ACCELERATE_USE_DEEPSPEED")
     before = {key: os.environ.get(key) for key in keys}
+    linear = torch.nn.functional.linear  # torch's own: ZeRO-3 puts DeepSpeed's in its place for the whole process
     for i, (framework, zero) in enumerate((("deepspeed", 3), ("transformers", 3), ("transformers", 0))):
         out = run_inprocess(tmp_path / str(i), [*STEPS, "training.max_steps=2", "training.optimizer.warmup_steps=1",
                                                 f"framework={framework}", f"parallelism.zero_stage={zero}"])
         assert out.status == "ok", out.result.get("error")
         assert {key: os.environ.get(key) for key in keys} == before
+        assert torch.nn.functional.linear is linear, torch.nn.functional.linear
     assert "DEEPSPEED" not in out.result["framework"]["effective"]["distributed_type"]

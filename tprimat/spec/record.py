@@ -5,7 +5,8 @@ published row the bench scores (its development rows and its held-out sets, MLPe
 group, the rows and families (near-duplicates once) and the lowest and highest family error (projected /
 measured - 1). A projection carries the interval of its group (its stack on its GPU class), else of its stack on
 every GPU, else of every row, and says which: a user reads "within -4% to +9% for megatron-core stacks on Hopper
-(23 rows)", not a bare number. Data only: nothing here is fitted to the rows.
+(23 rows)", not a bare number. Data only: nothing here is fitted to the rows (a development row's error is taken at
+the per-operation gap learned without its family, ``tprimat.spec.op_gap``).
 """
 
 from __future__ import annotations
