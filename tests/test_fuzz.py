@@ -67,6 +67,18 @@ def test_mutated_lines_never_raise_in_any_parser_or_in_the_result(lines):
         assert result["status"] in ("ok", "failed") and validate_result(result) == []
 
 
+def test_another_ranks_copy_whose_bar_was_lost_reads_alike_by_line_and_in_blocks():
+    """Found by the test above: rank 3's copy of step 3 with the "|" before its elapsed time lost. Line by line the
+    time was searched for anywhere in the line (4.1005 s); in blocks the table read the field it was run into (nothing).
+    Both now read a field of its own only: rank 1's 0.98 s is the step's, and rank 3 adds no time."""
+    lines = ["[rank1]: iteration    3/   4 | consumed samples: 96 | elapsed time per iteration (ms): 980.0 | lm loss: 1.8 |",
+             "3:  [2025-01-01 10:00:09] iteration        3/      10 | consumed samples:         nan elapsed time per "
+             "iteration (ms): 4100.5 | learning rate: 3.000000E-05 | lm loss: 1.040000E+01 |"]
+    for fmt in ("megatron", "primus"):
+        (step,) = parse_both_ways(fmt, lines).steps
+        assert step["step_time_s"] == 0.98 and "3" not in step["reported"].get("step_time_s_by_rank", {})
+
+
 def test_a_count_printed_as_minus_one_states_nothing():
     """Found by this fuzz test in CI: MLPerf's global batch size logged as -1 became the spec's (and a negative
     tokens per step in the plan); a count that is not positive states nothing."""
