@@ -77,6 +77,11 @@ def test_another_ranks_copy_whose_bar_was_lost_reads_alike_by_line_and_in_blocks
     for fmt in ("megatron", "primus"):
         (step,) = parse_both_ways(fmt, lines).steps
         assert step["step_time_s"] == 0.98 and "3" not in step["reported"].get("step_time_s_by_rank", {})
+    # a field of its own after any whitespace the table's strip() drops (a no-break space here): read both ways
+    spaced = [lines[0], lines[1].replace("nan elapsed", "nan |\xa0elapsed")]
+    for fmt in ("megatron", "primus"):
+        (step,) = parse_both_ways(fmt, spaced).steps
+        assert step["reported"]["step_time_s_by_rank"]["3"] == 4.1005
 
 
 def test_a_count_printed_as_minus_one_states_nothing():

@@ -124,7 +124,8 @@ def restore_torch_linear() -> None:
     of a decoder layer's backward held 7 more memory operations after one in-process ZeRO-3 run."""
     zero = sys.modules.get("deepspeed.runtime.zero.partition_parameters")
     saved = getattr(getattr(zero, "InsertPostInitMethodToModuleSubClasses", None), "linear_bk", None)
-    if saved is not None:
+    current = getattr(torch.nn.functional.linear, "__module__", "") or ""
+    if saved is not None and current.startswith("deepspeed."):  # DeepSpeed's (or its quantized wrapper): undone
         torch.nn.functional.linear = saved
 
 

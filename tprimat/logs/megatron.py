@@ -32,7 +32,7 @@ OWN = frozenset(("step_time_ms", "loss", "lr", "grad_norm"))
 # another rank's copy of a step: its elapsed-time field, as a table reads it (a field of its own, between bars: a
 # text run into the field before it is that field's, not read; hypothesis found a line whose "|" was lost read one
 # way line by line and the other in blocks)
-STEP_TIME = re.compile(r"(?:^|\|)[ \t]*elapsed time per iteration \(ms\)\s*:\s*([^|]*)")
+STEP_TIME = re.compile(r"(?:^|\|)\s*elapsed time per iteration \(ms\)\s*:\s*([^|]*)")  # \s: what strip() drops
 SHORT_LINE = 100  # facts.read_line reads "key: value" config lines shorter than this
 VALUES_KEPT = 4096  # printed values remembered per parser (their parse, and one shared number object)
 TOKENS = "consumed tokens"  # Megatron-DeepSpeed: an exact count; swiss-ai Megatron: "0.004B" (rounded)
