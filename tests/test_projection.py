@@ -11,7 +11,7 @@ from tests.conftest import QUICK, run_inprocess
 from tprimat.compare.groups import build_groups, group_summary
 from tprimat.compare.load import Loaded
 from tprimat.compose import compose
-from tprimat.spec import flops
+from tprimat.spec import flops, keeps
 from tprimat.spec.build import build_spec
 from tprimat.spec.detect import DetectedHardware
 from tprimat.spec.projection import Ceilings, Group, OpCost, Work, ceilings, link_gb_s, op_time_s, project
@@ -172,6 +172,22 @@ def test_torchtitan_shards_over_data_and_context_parallel_ranks_by_hand():
     scatter = (4 - 1) / 4 * params * 4 / (0.001e9 * 2)  # fp32 gradients reduce-scattered
     assert p["breakdown_s"]["fsdp_s"] == pytest.approx(2 * gather + scatter - 4 * LAYER_S)
     assert p["breakdown_s"]["optimizer_s"] == pytest.approx(params / 4 * 28 / 1000e9)  # sharded over all 4 ranks
+
+
+@pytest.mark.parametrize("framework,stage", [("deepspeed", 0), ("deepspeed", 2), ("deepspeed", 3),
+                                             ("transformers", 2), ("transformers", 0)])
+def test_the_deepspeed_engine_hides_gradient_traffic_only_where_it_overlaps_it(framework, stage):
+    """DeepSpeed's own ZeroConfig says where its engine reduces gradients beside the backward (overlap_comm, left
+    unset by tprimat: on by default at stage 3 alone); the Trainer without ZeRO is torch DDP, which always does. Two
+    GPUs of one node at 1 MB/s: an overlapped all-reduce is exposed less the last backward, another one whole."""
+    zero = pytest.importorskip("deepspeed.runtime.zero.config")
+    spec = spec_of(f"framework={framework}", "parallelism.fsdp=false", f"parallelism.zero_stage={stage}",
+                   "platform.devices_per_node=2", "training.global_batch_size=2", "training.micro_batch_size=1")
+    p = project(spec, WORK, Ceilings(100.0, 100.0, 1000.0, 0.001, 0.001), dp=2, accum=1, peak_tflops=None)
+    engine = framework == "deepspeed" or stage > 0
+    overlaps = zero.DeepSpeedZeroConfig(stage=stage).overlap_comm if engine else True
+    all_reduce = 2 * (2 - 1) / 2 * flops.param_counts(spec.model)[0] * keeps.of(spec).grad_bytes / 0.001e9
+    assert p["breakdown_s"]["dp_s"] == pytest.approx(all_reduce - (4 * 0.04 if overlaps else 0.0))
 
 
 def test_fsdp_traffic_hides_behind_compute_and_shards_the_optimizer_by_hand():

@@ -106,6 +106,21 @@ TE_FP8_SOURCE = ("Transformer Engine module/linear.py (input and grad_output qua
 # every second one, attention's and the reductions' outputs are saved, every other operation is recomputed.
 # Megatron-style selective recompute (Korthikanti et al. 2022) recomputes the core attention only; tprimat's
 # native trainer and DeepSpeed's checkpoint every k-th layer whole.
+# Whether a stack's gradient traffic runs beside the backward (on a stream of its own) or after it. The DeepSpeed
+# engine (framework=deepspeed and megatron_deepspeed, and the Transformers Trainer under ZeRO) overlaps it only under
+# zero_optimization.overlap_comm, which DeepSpeed turns on by default at ZeRO stage 3 alone (runtime/zero/config.py,
+# overlap_comm_valid) and tprimat's engine config leaves unset; below it the engine reduces once the backward is done
+# (runtime/engine.py: _backward_epilogue, allreduce_gradients; DeepSpeed 0.19.8). Every other stack overlaps it: torch
+# DDP's bucket hooks, FSDP2's reduce-scatter, Megatron-core's overlap_grad_reduce (passed by tprimat's Megatron-LM
+# and Primus launches, set by NeMo's and Megatron-Bridge's recipes).
+DEEPSPEED_ENGINE = ("deepspeed", "megatron_deepspeed")
+
+
+def gradients_overlap(framework: str, zero_stage: int) -> bool:
+    engine = framework in DEEPSPEED_ENGINE or (framework == "transformers" and zero_stage > 0)
+    return not engine or zero_stage == 3
+
+
 OP_SAC_FRAMEWORKS = ("torchtitan",)
 OP_SAC_SOURCE = "torchtitan activation_checkpoint.py: save every other mm and attention, recompute the rest"
 # Power caps are not modelled. How much training throughput a GPU keeps under a power cap is a measurement, and no

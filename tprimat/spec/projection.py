@@ -19,7 +19,8 @@ Model, each assumption stated in the result's ``projection.assumptions``:
   group has in each node, as NCCL/RCCL spread rings over every NIC, capped by the in-node links).
   Tensor-parallel and pipeline transfers are exposed; FSDP, data-parallel and context-parallel traffic
   overlaps compute and only its excess over the compute it hides behind is exposed, on GPUs; on a CPU, FSDP and
-  data-parallel traffic is exposed whole (gloo's thread needs the cores the compute uses).
+  data-parallel traffic is exposed whole (gloo's thread needs the cores the compute uses), and so it is where the
+  stack reduces gradients after the backward (the DeepSpeed engine below ZeRO-3).
 - The pipeline bubble is (pp - 1) micro-batch times per step (1F1B and GPipe alike), (pp - 1) / vp under an
   interleaved schedule (Narayanan et al. 2021, Megatron-LM's interleaved 1F1B); the optimizer step
   reads and writes 28 bytes per local parameter (AdamW in fp32: parameter, gradient, two moments).
@@ -358,7 +359,10 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     # what data-parallel traffic hides behind: the compute, on a GPU (NCCL/RCCL on their own streams); nothing on a
     # CPU, where gloo's thread needs the cores the compute uses (measured: a 2-node CPU step is its compute plus the
     # whole all-reduce, 0.384 + 0.38 s against 0.790 s, docs/benchmarks.md)
-    hides = 0.0 if spec.platform.name == "cpu" else 1.0
+    # and nothing where the stack reduces gradients after the backward (the DeepSpeed engine below ZeRO-3:
+    # ``kernels.gradients_overlap``)
+    overlapped = kernels.gradients_overlap(spec.framework.name, par.zero_stage)
+    hides = 0.0 if spec.platform.name == "cpu" or not overlapped else 1.0
     return {"tp_s": accum * tp_collectives * tp_layer,
             "pp_p2p_s": (accum + pp - 1) * 2 * p2p if pp > 1 else 0.0,
             "cp_s": max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
