@@ -42,6 +42,8 @@ from tprimat.spec.projection import ceilings, project  # noqa: E402
 
 GRID_US = tuple(i / 4 for i in range(81))
 DEVELOPMENT_MLPERF = "mlperf_rows_v51.json"
+# the sweep's fast composition (Hydra composes once per choice of config groups; equal to Hydra's own composition,
+# tests/test_sweep.py): the rows share a few dozen choices; bench/projection.py composes with this one too
 COMPOSER = Composer()
 HW = DetectedHardware("cpu", "projection", 1, 0.0, None)
 
@@ -59,13 +61,24 @@ def development_rows() -> list[dict]:
     return [*SCORED, *load(DEVELOPMENT_MLPERF)[0]]
 
 
+def planned(overrides: list[str]) -> tuple:
+    """(spec, plan, the memory estimate over-counts, why not) of a published row, as both benches project it: its plan,
+    or where the memory estimate alone refuses it (a published run that fit on its GPUs: the estimate over-counts,
+    docs/benchmarks.md; the projection does not depend on it) the plan made anyway; no plan, and why, otherwise."""
+    spec = build_spec(COMPOSER.compose(overrides), HW)
+    prepared = prepare(spec, HW, dry_run=True)
+    if prepared.plan is not None:
+        return spec, prepared.plan, False, None
+    if all("exceeds" in problem and "GiB" in problem for problem in prepared.problems):
+        return spec, make_plan(spec, HW), True, None
+    return spec, None, False, prepared.problems[0]
+
+
 def curve(published_row: dict, grid_us: tuple = GRID_US) -> Optional[Curve]:
     """The row projected at each gap (the hardware table's ceilings with that gap); None where it has no projection."""
-    spec = build_spec(COMPOSER.compose(published_row["overrides"]), HW)
-    prepared = prepare(spec, HW, dry_run=True)
-    plan = prepared.plan or make_plan(spec, HW)  # a run that fit though the memory estimate over-counts
+    spec, plan, _, _ = planned(published_row["overrides"])
     found, _ = ceilings(spec)
-    if found is None:
+    if plan is None or found is None:
         return None
     from tprimat.backends.native.opcount import trace_work
 

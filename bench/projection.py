@@ -58,13 +58,9 @@ from families import family_median  # noqa: E402
 from mlperf_projection_rows import load  # noqa: E402
 from projection_rows import NOT_EXPRESSIBLE, SCORED, row  # noqa: E402
 
-from tprimat.compose import Composer  # noqa: E402
-from tprimat.execute.prepare import prepare  # noqa: E402
 from tprimat.execute.project import projection_of  # noqa: E402
 from tprimat.spec import kernels, op_gap, record  # noqa: E402
-from tprimat.spec.build import build_spec  # noqa: E402
-from tprimat.spec.detect import DetectedHardware, cpu_precision  # noqa: E402
-from tprimat.spec.plan import make_plan  # noqa: E402
+from tprimat.spec.detect import cpu_precision  # noqa: E402
 
 # Published rows held out: each file committed on its own before it was first scored (its docstring says which)
 HELD_OUT_SETS = ("held_out_3", "held_out_4")
@@ -112,22 +108,12 @@ CPU_HELD_OUT = [
 CPU = ["platform=cpu", "logging.wandb.mode=disabled"]
 
 
-# the sweep's fast composition (Hydra composes once per choice of config groups; equal to Hydra's own composition,
-# tests/test_sweep.py): the rows share a few dozen choices
-COMPOSER = Composer()
-
-
 def project_row(overrides: list[str], preflight=None) -> dict:
-    hw = DetectedHardware("cpu", "projection", 1, 0.0, None)
-    spec = build_spec(COMPOSER.compose(overrides), hw)
-    prepared = prepare(spec, hw, dry_run=True)
-    if prepared.plan is not None:
-        return projection_of(spec, prepared.plan, preflight)
-    if all("exceeds" in problem and "GiB" in problem for problem in prepared.problems):
-        # a published run that fit on its GPUs: the memory estimate over-counts (docs/benchmarks.md), the
-        # projection does not depend on it
-        return {**projection_of(spec, make_plan(spec, hw), preflight), "note": "memory estimate over-counts"}
-    return {"available": False, "reason": prepared.problems[0]}
+    spec, plan, over_counts, why = op_gap_bench.planned(overrides)
+    if plan is None:
+        return {"available": False, "reason": why}
+    projected = projection_of(spec, plan, preflight)
+    return {**projected, "note": "memory estimate over-counts"} if over_counts else projected
 
 
 def cpu_anchor(overrides: list[str], tmp: Path) -> tuple[str, float, float, float]:

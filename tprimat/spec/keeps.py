@@ -67,6 +67,13 @@ def of(spec: TprimatConf) -> Keeps:
                  "Adam moments")
 
 
+def gradient_group(spec: TprimatConf, dp: int) -> int:
+    """The ranks a framework reduces gradients and shards its optimizer over: data-parallel x context-parallel ranks
+    where it holds them there (Megatron-core's DDP and distributed optimizer take the data-parallel group
+    with_context_parallel; torchtitan shards over its dp_shard x cp mesh), else the data-parallel ranks."""
+    return dp * (spec.parallelism.cp if of(spec).shards_over_cp else 1)
+
+
 MEGATRON_SOURCE = ("Megatron-core: bf16 weights; gradients in fp32 (Megatron-LM forces fp32 accumulation and reduction "
                    "for bf16 unless --grad-reduce-in-bf16; NeMo/Megatron-Bridge grad_reduce_in_fp32, set false by "
                    "NVIDIA's performance recipes); the distributed optimizer's fp32 master + Adam m, v (12 B, "

@@ -73,7 +73,7 @@ class MemoryEstimate:
 def estimate(spec: TprimatConf, dp: int, grad_accum_steps: int) -> MemoryEstimate:
     par, keep = spec.parallelism, keeps.of(spec)
     params = heaviest_stage_params(model_as_built(spec), par.pp, *pipeline_split(spec)) / par.tp  # the stage that must fit
-    group = dp * (par.cp if keep.shards_over_cp else 1)
+    group = keeps.gradient_group(spec, dp)
     stage = 3 if par.fsdp else par.zero_stage
     w_shard = group if stage >= 3 else 1
     g_shard = group if stage >= 2 else 1

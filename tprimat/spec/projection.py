@@ -338,12 +338,11 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     activation = tr.micro_batch_size * tr.seq_length / cp * model.hidden_size * act_bytes
     stage_params = flops.heaviest_stage_params(model, pp, *pipeline_split(spec)) / tp
     trained = flops.trained_stage_params(model, pp, lora_of(spec), *pipeline_split(spec)) / tp  # LoRA: adapters
-    keep = keeps.of(spec)
-    grad_bytes = keep.grad_bytes
-    # the gradients' group: Megatron-core reduces them over data-parallel x context-parallel ranks (its DDP and
-    # distributed optimizer take the data-parallel group with_context_parallel) and torchtitan shards over its
-    # dp_shard x cp mesh: every CP rank holds gradients of the same weights from its part of the sequence
-    dp_group = Group("dp", dp * cp, tp) if keep.shards_over_cp else Group("dp", dp, tp * cp)
+    grad_bytes = keeps.of(spec).grad_bytes
+    # the gradients' group (``keeps.gradient_group``): with its context-parallel ranks, neighbours a TP group apart;
+    # without them, a TP x CP group apart
+    group = keeps.gradient_group(spec, dp)
+    dp_group = Group("dp", group, tp * (dp * cp // group))
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
     kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp
     cp_layer = ring_s("all_gather", kv, Group("cp", cp, tp), per_node, c)
@@ -380,8 +379,8 @@ def project(spec: TprimatConf, work: Work, c: Ceilings, dp: int, accum: int, pea
         return unavailable("the layout communicates but no link bandwidth is known (run tprimat preflight "
                            "--ranks N, or use a device in the hardware table)")
     trained = flops.trained_stage_params(model_as_built(spec), par.pp, lora_of(spec), *pipeline_split(spec))
-    group = dp * (par.cp if keeps.of(spec).shards_over_cp else 1)  # the optimizer shards over the gradients' group
-    local_params = trained / par.tp / (group if par.fsdp or par.zero_stage >= 1 else 1)
+    sharded_over = keeps.gradient_group(spec, dp) if par.fsdp or par.zero_stage >= 1 else 1
+    local_params = trained / par.tp / sharded_over
     optimizer_s = local_params * ADAMW_BYTES_PER_PARAM / (c.memory_gb_s * 1e9)
     compute_s, bubble_s = accum * micro.total_s, (par.pp - 1) / par.vp * micro.total_s
     step_s = compute_s + bubble_s + sum(comm.values()) + optimizer_s
