@@ -62,6 +62,10 @@ FP8: ``fp8_recipe`` (FP8_RECIPE as the config or its yaml sets it; null where ne
 is absent and might have) and ``fp8_attention`` (FP8_DPA: attention in FP8 as well; null where a sourced file is
 absent), each where the matching configs agree. Added on 2026-11-29 (late) by
 re-extracting every round (nothing else changed).
+Context parallelism: ``cp_comm_type`` (CP_COMM_TYPE or the yaml's model.cp_comm_type: p2p, a2a, ...; p2p where
+the implementation's yaml leaves it unset; where a sourced file is absent, the submission has no yaml or no config
+matched, the value NeMo's printed model config in the log states (``cp_comm_type: a2a``), else null). Added on
+2026-11-29 (night) by re-extracting every round (nothing else changed).
 
 Throughput
 ----------
@@ -106,20 +110,22 @@ YAML_KEYS = {"tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_mod
              "acl": "model.activations_checkpoint_num_layers",
              "split_embedding": "model.account_for_embedding_in_pipeline_split",
              "split_loss": "model.account_for_loss_in_pipeline_split",
-             "fp8_dpa": "model.fp8_dot_product_attention"}
+             "fp8_dpa": "model.fp8_dot_product_attention", "cp_comm": "model.cp_comm_type"}
 ALIASES = {"tp": ("TP", "TENSOR_MODEL_PARALLEL"), "pp": ("PP", "PIPELINE_MODEL_PARALLEL"),
            "cp": ("CP", "CONTEXT_PARALLEL"), "vp": ("VP", "INTERLEAVED_PIPELINE"), "mbs": ("MBS", "MICRO_BATCH_SIZE"),
            "gbs": ("GBS",), "nodes": ("DGXNNODES", "NNODES"), "gpus": ("DGXNGPU", "GPUS_PER_NODE"),
            "fp8": ("FP8",), "fp4": ("FP4",), "fp8_recipe": ("FP8_RECIPE",), "fp4_recipe": ("FP4_RECIPE",),
            "seq": ("MAX_SEQLEN", "SEQ_LEN", "SEQ_LENGTH"), "acg": ("ACG", "RECOMPUTE_GRANULARITY"),
            "acm": ("ACM", "RECOMPUTE_METHOD"), "acl": ("ACL", "RECOMPUTE_NUM_LAYERS"),
-           "split_embedding": ("ASYM_PP_EMBED",), "split_loss": ("ASYM_PP_LOSS",), "fp8_dpa": ("FP8_DPA",)}
+           "split_embedding": ("ASYM_PP_EMBED",), "split_loss": ("ASYM_PP_LOSS",), "fp8_dpa": ("FP8_DPA",),
+           "cp_comm": ("CP_COMM_TYPE",)}
 LOG_CHECKS = (("lr", ("LR", "MAX_LR"), ("opt_base_learning_rate",)),
               ("max_steps", ("MAX_STEPS",), ("opt_learning_rate_training_steps", "max_steps")),
               ("warmup_steps", ("WARMUP_STEPS",), ("opt_learning_rate_warmup_steps",)),
               ("lora_rank", ("LORA_DIM", "LORA_R"), ("lora_rank",)))
 PLATFORMS = ("GB200", "GB300", "B200", "B300", "H100", "H200", "MI300X", "MI325X", "MI350X", "MI355X")
 GROUPS = {"tp": "tensor model parallel", "pp": "pipeline model parallel", "cp": "context parallel"}
+CP_COMM_PRINTED = re.compile(r"^\s*(?:\d+:\s*)?cp_comm_type: ([a-z0-9+_]+)\s*$")
 
 
 # ---------------------------------------------------------------- git
@@ -365,7 +371,7 @@ def read_config(repo: Repo, path: str) -> dict:
         for k, v in flatten_yaml(repo.read(f) or "").items():
             if k not in yaml or ("${" in v and "${" not in yaml[k]):
                 yaml[k] = v
-    c = {"path": path, "env": env, "missing": missing, "defaults": set(), "notes": []}
+    c = {"path": path, "env": env, "missing": missing, "defaults": set(), "notes": [], "yaml": bool(yaml)}
     if missing:
         c["notes"].append("sourced file(s) absent: " + ", ".join(m.rsplit("/", 1)[-1] for m in missing))
     for field, key in YAML_KEYS.items():
@@ -436,12 +442,15 @@ def read_config(repo: Repo, path: str) -> dict:
 # ---------------------------------------------------------------- logs
 def parse_log(text: str) -> dict:
     """Hyperparameters, the config the log names, the layout it prints and its training throughput records."""
-    out = {"hp": {}, "dlpal": None, "groups": {}, "interval": [], "throughput": [], "block": []}
+    out = {"hp": {}, "dlpal": None, "groups": {}, "interval": [], "throughput": [], "block": [], "cp_comm": None}
     for line in text.splitlines():
         at = line.find(":::MLLOG")
         if at < 0:
             if ":::DLPAL" in line and not line.lstrip().startswith("+"):
                 out["dlpal"] = line.split()[-1].strip("'")
+            printed = CP_COMM_PRINTED.match(line)  # NeMo's dump of its model config at start
+            if printed and out["cp_comm"] is None:
+                out["cp_comm"] = printed.group(1)
             for field, name in GROUPS.items():
                 m = re.search(rf"All {name} group ranks: \[\[([\d, ]*)\]", line)
                 if m and field not in out["groups"]:
@@ -568,11 +577,12 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
                 missing.append(f)
             else:
                 logs.append(parse_log(text))
-        merged = {"hp": {}, "dlpal": None, "groups": {}}
+        merged = {"hp": {}, "dlpal": None, "groups": {}, "cp_comm": None}
         for log in logs:
             for k, v in log["hp"].items():
                 merged["hp"].setdefault(k, v)
             merged["dlpal"] = merged["dlpal"] or log["dlpal"]
+            merged["cp_comm"] = merged["cp_comm"] or log["cp_comm"]
             for k, v in log["groups"].items():
                 merged["groups"].setdefault(k, v)
         key = (submitter, bench)
@@ -632,7 +642,9 @@ def build_rows(repo: Repo, round_: str) -> list[dict]:
         if seq is None and passed and len({c["seq"] for c in passed}) == 1:
             seq = passed[0]["seq"]
         row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision, **recompute,
-                   **fp8_of(passed if layout_from and layout_from != "log" else [], precision))
+                   **fp8_of(passed if layout_from and layout_from != "log" else [], precision),
+                   cp_comm_type=cp_comm_of(passed if layout_from and layout_from != "log" else [])
+                   or merged["cp_comm"])
         row["precision_from"] = precision_from
         row["config"] = passed[0]["path"] if len(passed) == 1 else None
         if len(passed) > 1:
@@ -702,6 +714,16 @@ def fp8_of(passed: list[dict], precision: str | None) -> dict:
                  for c in passed}
     return {"fp8_recipe": recipes.pop() if len(recipes) == 1 else None,
             "fp8_attention": attention.pop() if len(attention) == 1 else None}
+
+
+def cp_comm_of(passed: list[dict]) -> str | None:
+    """Context parallelism's exchange as the config or its yaml sets it (CP_COMM_TYPE, model.cp_comm_type: NVIDIA's
+    LoRA yaml defaults to a2a), where the candidates agree; p2p (Megatron-core's default) where the implementation's
+    yaml leaves it unset; null where a sourced file is absent (it may have set it), where the submission has no yaml
+    (its container's decides) or no config matched."""
+    kinds = {None if c["missing"] else str(c["cp_comm"]) if c.get("cp_comm") is not None else "p2p" if c["yaml"] else None
+             for c in passed}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def main() -> None:

@@ -80,7 +80,11 @@ def scaling_of(r: dict) -> str | None:
 
 
 def scaling_overrides(r: dict) -> list[str]:
-    return [f"training.fp8.recipe={scaling_of(r)}"] if r["precision"] == "fp8" else []
+    """Transformer Engine's FP8 scaling and, where the config turns it on (FP8_DPA), its FP8 attention; a row whose
+    sourced file is absent (``fp8_attention`` null) is projected with BF16 attention, the default."""
+    if r["precision"] != "fp8":
+        return []
+    return [f"training.fp8.recipe={scaling_of(r)}", *(["training.fp8.attention=true"] if r.get("fp8_attention") else [])]
 
 
 def recompute_overrides(r: dict) -> list[str]:
@@ -114,15 +118,17 @@ def family(r: dict) -> str:
 def expressed(r: dict) -> dict:
     gpu = gpu_of(r["accelerator"])
     vp = [f"parallelism.vp={r['vp']}"] if (r.get("vp") or 1) > 1 else []
-    layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp,
+    # context parallelism's exchange as the config sets it (NVIDIA's LoRA: all-to-all); unknown: the default ring
+    a2a = ["parallelism.cp_comm_type=a2a"] if r["cp"] > 1 and r.get("cp_comm_type") == "a2a" else []
+    layout = [f"parallelism.tp={r['tp']}", f"parallelism.pp={r['pp']}", f"parallelism.cp={r['cp']}", *vp, *a2a,
               *recompute_overrides(r), *split_overrides(r), *scaling_overrides(r)]
     name = f"MLPerf {r['round']} {r['submitter']} {r['system']} {r['benchmark']}"
     made = row(name, gpu, "amd" if gpu.startswith("mi") else "nvidia", r["nodes"] * r["devices_per_node"],
                r["global_batch_size"], r["micro_batch_size"], r["precision"], layout, r["tokens_per_s_per_device"],
                r["config"] or r["match"], model=MODELS[r["benchmark"]], framework="nemo", family=family(r),
                placement=nodes_of(gpu, r))  # the system's nodes (or NVL72 racks)
-    # attention in FP8 too (FP8_DPA): the spec has no such setting, so the row is projected with BF16 attention
-    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia", "fp8_attention": r.get("fp8_attention")}
+    return {**made, "vendor": "amd" if gpu.startswith("mi") else "nvidia", "fp8_attention": r.get("fp8_attention"),
+            "cp_comm_type": r.get("cp_comm_type")}
 
 
 def load(name: str) -> tuple[list[dict], list[tuple[str, str]]]:

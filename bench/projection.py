@@ -317,8 +317,9 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str,
 
 
 def fp8_attention(these: list) -> None:
-    """The rows whose attention ran in FP8 (FP8_DPA), projected with BF16 attention (the spec has no FP8 attention):
-    their signed median error beside the other FP8 rows', a diagnostic (nothing is fitted to it)."""
+    """The rows whose attention ran in FP8 (FP8_DPA: training.fp8.attention, at cuDNN's FP8 figure where the GPU has
+    one) beside the other FP8 rows, and the context-parallel rows by their exchange: signed median errors, a
+    diagnostic (nothing is fitted to it)."""
     fp8 = [(r, e) for r, e in these if "training.precision=fp8" in r["overrides"]]
     for label, chosen in (("FP8 attention", [e for r, e in fp8 if r.get("fp8_attention") is True]),
                           ("FP8 GEMMs alone", [e for r, e in fp8 if r.get("fp8_attention") is False])):
@@ -327,6 +328,11 @@ def fp8_attention(these: list) -> None:
     unknown = sum(r.get("fp8_attention") is None for r, _ in fp8)
     if unknown:
         print(f"  FP8 attention unknown (a sourced config file absent): {unknown} rows")
+    cp = [(r, e) for r, e in these if not any(o == "parallelism.cp=1" for o in r["overrides"])]
+    for label, kind in (("CP all-to-all", "a2a"), ("CP ring", "p2p"), ("CP exchange unknown (projected as a ring)", None)):
+        chosen = [e for r, e in cp if r.get("cp_comm_type") == kind]
+        if chosen:
+            print(f"  {label}: {len(chosen)} rows, signed median error {statistics.median(chosen):+.3f}")
 
 
 def write_record(kept: list) -> None:

@@ -6,7 +6,8 @@ Then Megatron-LM's own ``validate_args`` runs over the namespace Primus built (P
 need Primus-Turbo's kernels and are left out), its questions of the GPU answered as the target GPU answers them;
 the values are read after it, and its ``gpt_builder`` builds the model on the meta device.
 
-As ``primus/cli/main.py train pretrain`` does up to the trainer: ``load_primus_config`` (its ``PrimusParser``: the
+As ``primus/cli/main.py train pretrain`` does up to the trainer (its environment as ``examples/run_pretrain.sh`` and
+Primus's setup patch give it: ``CUDA_DEVICE_MAX_CONNECTIONS``): ``load_primus_config`` (its ``PrimusParser``: the
 YAML loader, ``extends`` and the model preset merged under the module config, then the experiment's overrides),
 ``get_module_config(..., "pre_trainer")``, and ``MegatronAdapter.convert_config`` (``MegatronArgBuilder``: Megatron
 -LM's own argument defaults, overridden by every module parameter Megatron knows; the others are dropped without
@@ -34,6 +35,17 @@ def module_params(experiment: Path):
     return get_module_config(load_primus_config(experiment, cli), "pre_trainer").params
 
 
+def connections(params) -> None:
+    """The environment Primus's setup gives its trainer before validate_args: CUDA_DEVICE_MAX_CONNECTIONS, 8 under
+    an FSDP, else the launcher's (examples/run_pretrain.sh exports 1 unless set), by Primus's own setup patch."""
+    from types import SimpleNamespace
+
+    from primus.backends.megatron.patches import env_patches
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # run_pretrain.sh: ${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+    env_patches.log_kv_rank_0 = lambda *args, **kwargs: None  # Primus's logger is set up by its trainer, not here
+    env_patches.set_cuda_device_max_connections(SimpleNamespace(extra={"module_config": SimpleNamespace(params=params)}))
+
+
 def main() -> None:
     experiment, expected_file, out = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     given = json.loads(Path(expected_file).read_text())
@@ -59,6 +71,7 @@ def main() -> None:
     import megatron.training.arguments as arguments
     from rehearse_argv import answer_as, meta_params, plain, validate
     answer_as(arguments, tuple(map(int, sys.argv[4].split("."))))
+    connections(params)
     record["error"] = validate(arguments, backend)  # Primus's ROCm checks that wrap it need Primus-Turbo: left out
     for key, value in expected.items():  # read after validate_args, as the trainer gets them
         got = getattr(backend, key) if key in megatron_keys else "<not a Megatron-LM argument: MegatronArgBuilder drops it>"

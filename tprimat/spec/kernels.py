@@ -25,12 +25,12 @@ FA3_PAPER = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608) figs. 5-6, H
 @dataclass(frozen=True)
 class AttentionKernel:
     name: str
-    by_seq: tuple  # ((sequence length, forward TFLOP/s, backward TFLOP/s) on an H100, ...), shortest first
+    by_seq: tuple  # ((sequence length, forward TFLOP/s, backward TFLOP/s) on the device measured, ...), shortest first
     source: str
 
-    def tflops_h100(self, seq: float) -> tuple[float, float]:
-        """(forward, backward) TFLOP/s on an H100 for a call over ``seq`` tokens: linear in log2(seq) between the
-        measured lengths, the nearest one outside them."""
+    def tflops(self, seq: float) -> tuple[float, float]:
+        """(forward, backward) TFLOP/s on the device measured for a call over ``seq`` tokens: linear in log2(seq)
+        between the measured lengths, the nearest one outside them."""
         points = self.by_seq
         if seq <= points[0][0] or len(points) == 1:
             return points[0][1], points[0][2]
@@ -61,6 +61,46 @@ H100_MAMF_TFLOPS = MAMF_BF16_TFLOPS["h100"]  # the matmul ceiling of the GPU the
 
 def attention_kernel(framework: str) -> AttentionKernel:
     return KERNELS[STACK_ATTENTION.get(framework, "flash2")]
+
+
+# cuDNN's fused attention measured on Blackwell itself by NVIDIA's cuDNN team (cudnn-frontend's SDPA training
+# benchmark: causal, batch 1, 128 query and 8 KV heads, head dim 128, FP8 and BF16 side by side in one run; TFLOP/s
+# with causal halving and a backward of 2.5 forwards, the convention above). B200 and GB300 ran cuDNN 9.13.1 in NGC
+# PyTorch 25.09 (MLPerf Training v5.1's containers), GB200 cuDNN 9.17.0 in 25.11. FP8 is Transformer Engine's FP8
+# dot-product attention (training.fp8.attention) where the device has a figure of its own.
+CUDNN_FRONTEND = ("NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/"
+                  "sdpa_fp8_benchmark_results_NVIDIA_{gpu}.csv and sample_{part}_fp8_run.txt ({versions}): cuDNN SDPA, "
+                  "causal, batch 1, 128 query / 8 KV heads, head dim 128, FP8 and BF16 in one run")
+
+
+def measured(gpu: str, part: str, versions: str, bf16: tuple, fp8: tuple) -> dict:
+    source = CUDNN_FRONTEND.format(gpu=gpu, part=part, versions=versions)
+    return {"bf16": AttentionKernel(f"cuDNN fused attention, BF16, measured on {gpu}", bf16, source),
+            "fp8": AttentionKernel(f"cuDNN fused attention, FP8, measured on {gpu}", fp8, source)}
+
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+CUDNN_ON_DEVICE = {  # (forward, backward) TFLOP/s at each of SEQS, as each file states them, rounded to 0.1
+    "b200": measured("B200", "b200", "cuDNN 9.13.1, NGC PyTorch 25.09", tuple(zip(SEQS, (
+        244.1, 561.3, 907.5, 1141.1, 1384.2, 1475.3, 1514.8, 1493.8, 1421.9), (
+        200.6, 376.9, 545.1, 832.9, 994.9, 1151.7, 1180.3, 1235.9, 1127.7))), tuple(zip(SEQS, (
+            196.1, 516.2, 974.2, 1230.7, 1502.1, 1692.4, 1781.4, 1815.2, 1829.6), (
+            169.9, 376.8, 556.0, 972.3, 1254.7, 1469.5, 1582.2, 1626.6, 1616.1)))),
+    "gb200": measured("GB200", "gb200", "cuDNN 9.17.0, NGC PyTorch 25.11", tuple(zip(SEQS, (
+        408.0, 733.0, 1068.0, 1378.0, 1583.0, 1673.0, 1687.0, 1592.0, 1471.0), (
+        328.0, 528.0, 656.0, 1054.0, 1211.0, 1303.0, 1311.0, 1247.0, 1188.0))), tuple(zip(SEQS, (
+            470.0, 870.0, 1324.0, 1663.0, 1894.0, 2033.0, 2124.0, 2181.0, 2172.0), (
+            301.0, 547.0, 671.0, 1088.0, 1263.0, 1373.0, 1429.0, 1450.0, 1440.0)))),
+    "gb300": measured("GB300", "gb300", "cuDNN 9.13.1, NGC PyTorch 25.09", tuple(zip(SEQS, (
+        175.6, 492.2, 999.8, 1445.2, 1716.1, 1835.9, 1883.5, 1831.9, 1739.7), (
+        174.5, 365.7, 544.5, 941.9, 1150.5, 1290.8, 1350.1, 1398.7, 1347.2))), tuple(zip(SEQS, (
+            137.0, 425.5, 1030.2, 1675.1, 2073.6, 2266.6, 2351.8, 2386.4, 2376.1), (
+            146.2, 368.6, 573.3, 1156.2, 1513.8, 1745.9, 1880.4, 1953.1, 1967.2)))),
+}
+# A part with no figure of its own: its architecture's, at the same fraction of the matmul ceiling (B300 is
+# Blackwell Ultra, GB300's GPU in an HGX board at a lower power)
+CUDNN_SAME_ARCHITECTURE = {"b300": "gb300"}
+FP8_ATTENTION_FRAMEWORKS = ("nemo",)  # NeMo 2's and Megatron-Bridge's mixed precision take fp8_dot_product_attention
 
 
 # Transformer Engine's FP8 linears quantize their operands in kernels of their own, beside the GEMMs (its

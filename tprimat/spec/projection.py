@@ -27,6 +27,11 @@ Model, each assumption stated in the result's ``projection.assumptions``:
 - One learned term (``tprimat.spec.op_gap``): on a GPU whose ceilings come from the hardware table, each traced
   operation adds a gap beyond its roofline (kernel launch, fill and drain, a small GEMM's last wave), learned from
   the development rows alone by least median error and scored leave-one-family-out (``bench/op_gap.py``).
+- Context parallelism's all-to-all (parallelism.cp_comm_type=a2a, Megatron-core's Ulysses-style CP): each rank
+  attends over the whole sequence with heads / cp (its kernel at the full sequence's throughput), and the all-to-alls
+  of Q, K, V and the output, forward and backward, are exposed.
+- On Blackwell, cuDNN's attention runs at what NVIDIA's cuDNN benchmark measured on the part itself
+  (``kernels.CUDNN_ON_DEVICE``; FP8 under training.fp8.attention).
 - Gradients reduce over the group the framework holds them in: data-parallel x context-parallel ranks for
   Megatron-core and torchtitan, data-parallel ranks alone otherwise.
 - LoRA (training.peft=lora): the trace builds the adapters and freezes the base, so its backward holds only the
@@ -48,7 +53,8 @@ ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; w
 FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
 ASSUMPTIONS = (
     "roofline per traced operation: max(FLOPs / ceiling, bytes / memory bandwidth), eager op by op",
-    "tensor parallelism splits each layer's work evenly; context parallelism: seq/cp queries against all keys",
+    "tensor parallelism splits each layer's work evenly; context parallelism: seq/cp queries against all keys (a ring), "
+    "or all queries with heads / cp and exposed all-to-alls (cp_comm_type=a2a)",
     FLASH_NOTE + " at the sequence each call sees (seq/cp under context parallelism)",
     "ring collectives over the group's slowest link (across nodes: one NIC per local member of the group); TP and "
     "pipeline transfers exposed, FSDP/DP/CP traffic overlapped with compute (only its excess exposed)",
@@ -127,11 +133,44 @@ def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[
     bf16, bf16_source = bf16_ceiling(device)
     if spec.training.precision == "fp32":
         return (bf16, bf16), bf16_source
+    seq = call_tokens(spec)
+    on_device = measured_attention(spec, device)
+    if on_device is not None:
+        return on_device[0], f"{on_device[1]} at {seq:g} tokens a call"
     kernel, scale = kernels.attention_kernel(spec.framework.name), bf16 / kernels.H100_MAMF_TFLOPS
-    seq = spec.training.seq_length / spec.parallelism.cp  # the queries each kernel call holds (a ring step under CP)
-    fwd, bwd = kernel.tflops_h100(seq)
-    return (fwd * scale, bwd * scale), \
-        f"{kernel.name} at {seq:g} tokens a call: {kernel.source}, x the device's matmul ceiling / H100's ({bf16_source})"
+    fwd, bwd = kernel.tflops(seq)
+    fp8_note = "; FP8 attention (training.fp8.attention): no FP8 figure measured on this device, its BF16 kernel's" \
+        if fp8_attention(spec) else ""
+    return (fwd * scale, bwd * scale), (f"{kernel.name} at {seq:g} tokens a call: {kernel.source}, x the device's "
+                                        f"matmul ceiling / H100's ({bf16_source}){fp8_note}")
+
+
+def call_tokens(spec: TprimatConf) -> float:
+    """The queries one attention kernel call holds: seq/cp under a ring (a ring step), the whole sequence under
+    all-to-all context parallelism (its heads / cp instead) or without CP."""
+    par = spec.parallelism
+    return spec.training.seq_length / (1 if par.cp_comm_type == "a2a" else par.cp)
+
+
+def fp8_attention(spec: TprimatConf) -> bool:
+    return spec.training.precision == "fp8" and spec.training.fp8.attention
+
+
+def measured_attention(spec: TprimatConf, device: hardware.DeviceSpec) -> Optional[tuple[tuple[float, float], str]]:
+    """cuDNN's attention as measured on this device (or on a part of its architecture, at the same fraction of the
+    matmul ceiling), in FP8 under training.fp8.attention; None for a stack that runs another kernel or a device
+    without such a figure."""
+    if kernels.STACK_ATTENTION.get(spec.framework.name) != "cudnn":
+        return None
+    kin = kernels.CUDNN_SAME_ARCHITECTURE.get(device.key, device.key)
+    tables = kernels.CUDNN_ON_DEVICE.get(kin)
+    if tables is None:
+        return None
+    kernel = tables["fp8" if fp8_attention(spec) else "bf16"]
+    scale = 1.0 if kin == device.key else bf16_ceiling(device)[0] / bf16_ceiling(hardware.DEVICES[kin])[0]
+    fwd, bwd = kernel.tflops(call_tokens(spec))
+    kin_note = "" if kin == device.key else f", x this part's matmul ceiling / {kin}'s (the same architecture)"
+    return (fwd * scale, bwd * scale), f"{kernel.name}: {kernel.source}{kin_note}"
 
 
 def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
@@ -213,7 +252,8 @@ def link_gb_s(group: Group, per_node: int, c: Ceilings) -> Optional[float]:
 
 
 def ring_s(kind: str, buffer_bytes: float, group: Group, per_node: int, c: Ceilings) -> Optional[float]:
-    """One ring collective's time: all-reduce 2(n-1)/n x the buffer, all-gather / reduce-scatter (n-1)/n."""
+    """One ring collective's time: all-reduce 2(n-1)/n x the buffer, all-gather / reduce-scatter / all-to-all
+    (n-1)/n (what each rank sends)."""
     n = group.size
     if n == 1 or buffer_bytes == 0:
         return 0.0
@@ -346,11 +386,14 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     tp_layer = ring_s("all_reduce", activation, Group("tp", tp, 1), per_node, c)  # or one AG + one RS (SP)
     kv = tr.micro_batch_size * tr.seq_length * 2 * flops.dims(model).kv_size * act_bytes / tp
     cp_layer = ring_s("all_gather", kv, Group("cp", cp, tp), per_node, c)
+    # all-to-all CP: Q, K, V in and the output out, each rank's seq/cp tokens (the query and output as wide as the
+    # activation), as many again backward (the output's gradient in, Q's, K's and V's out): on the critical path
+    a2a_layer = ring_s("all_to_all", 2 * activation / tp + kv / cp, Group("cp", cp, tp), per_node, c)
     gather = ring_s("all_gather", stage_params * act_bytes, dp_group, per_node, c)
     scatter = ring_s("reduce_scatter", trained * grad_bytes, dp_group, per_node, c)
     reduce = ring_s("all_reduce", trained * grad_bytes, dp_group, per_node, c)
     p2p = ring_s("p2p", activation, Group("pp", pp, tp * cp * dp), per_node, c)
-    if None in (tp_layer, cp_layer, gather, scatter, reduce, p2p):
+    if None in (tp_layer, cp_layer, a2a_layer, gather, scatter, reduce, p2p):
         return None
     layers, compute_s = micro.layers, accum * micro.total_s
     rerun = full_recompute_layers(tr, layers) if tr.activation_checkpointing == "full" else 0
@@ -364,7 +407,8 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     hides = 0.0 if spec.platform.name == "cpu" or not overlapped else 1.0
     return {"tp_s": accum * tp_collectives * tp_layer,
             "pp_p2p_s": (accum + pp - 1) * 2 * p2p if pp > 1 else 0.0,
-            "cp_s": max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
+            "cp_s": accum * (2 * layers + rerun) * a2a_layer if par.cp_comm_type == "a2a" else
+            max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
             "fsdp_s": max(0.0, accum * (2 * gather + scatter) - hides * compute_s) if par.fsdp else 0.0,
             "dp_s": 0.0 if par.fsdp else max(0.0, reduce - hides * layers * micro.layer_bwd_s)}  # the last backward
 

@@ -156,6 +156,10 @@ class ParallelismConf(Freezable):
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    # how context parallelism exchanges its data (Megatron-core's cp_comm_type): p2p, a ring of key/value blocks,
+    # each rank attending with its seq/cp queries; a2a, all-to-alls of Q, K, V and the output, each rank attending
+    # over the whole sequence with its heads / cp (Ulysses)
+    cp_comm_type: str = "p2p"
     dp: Optional[int] = None  # derived from the world size when null
     sequence_parallel: bool = False
     fsdp: bool = False
@@ -188,6 +192,9 @@ class Fp8Conf(Freezable):
     current scaling), where transformer_engine is installed."""
 
     recipe: str = "tensorwise"
+    # Transformer Engine's FP8 dot-product attention (its recipe's fp8_dpa, Megatron-core's fp8_dot_product_attention):
+    # the attention's matmuls in FP8 too, where the framework's launch takes it (training.precision=fp8)
+    attention: bool = False
 
 
 # LoRA's adapted linear layers, by Megatron-core's module names (NeMo's and Megatron-Bridge's ``target_modules``):

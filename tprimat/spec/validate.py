@@ -16,6 +16,7 @@ from tprimat.spec.flops import stages_of
 from tprimat.spec.frameworks import model_problem, problem_with
 from tprimat.spec.hardware import DEVICES, PLATFORM_PRECISIONS, lookup
 from tprimat.spec.keeps import MEGATRON_CORE
+from tprimat.spec.kernels import FP8_ATTENTION_FRAMEWORKS
 from tprimat.spec.peft import check_peft
 from tprimat.spec.plan import derived_dp, device_memory, world_size
 from tprimat.spec.schema import TprimatConf, ac_period, pipeline_split
@@ -29,6 +30,7 @@ CHOICES = {
     "model.position_embedding": ("rope", "learned"),
     "methodology.name": ("maximum_performance", "identical_config"),
     "parallelism.pp_schedule": ("gpipe", "1f1b"),
+    "parallelism.cp_comm_type": ("p2p", "a2a"),
     "training.precision": ("bf16", "fp32", "fp8"),
     "training.activation_checkpointing": ("none", "full", "selective"),
     "training.compile_mode": COMPILE_MODES,
@@ -100,6 +102,46 @@ def check_wandb(spec: TprimatConf, dry_run: bool) -> list[str]:
     return problems
 
 
+FP8_ATTENTION_REFUSED = {
+    "megatron": "Megatron-LM's command line has no flag for it (core_v0.16.1's arguments.py excludes "
+                "fp8_dot_product_attention from the TransformerConfig arguments it builds)",
+    "primus": "Primus's Megatron trainer takes Megatron-LM's arguments, which exclude fp8_dot_product_attention",
+}
+FP8_ATTENTION_SDPA = ("attention runs through torch's scaled_dot_product_attention in BF16 (torchao float8 and "
+                      "DeepSpeed convert linear layers only)")
+
+
+def check_cp_comm_type(spec: TprimatConf) -> list[str]:
+    """parallelism.cp_comm_type=a2a: Megatron-core's all-to-all context parallelism, whose attention (Transformer
+    Engine's AttnFuncWithCPAndQKVOA2A) asserts that each rank's query and key/value heads divide by cp."""
+    par, model = spec.parallelism, spec.model
+    if par.cp_comm_type != "a2a" or par.cp == 1:
+        return []
+    if spec.framework.name not in MEGATRON_CORE:
+        return [f"parallelism.cp_comm_type=a2a, framework.name={spec.framework.name}: all-to-all context parallelism "
+                "is Megatron-core's (framework=megatron, nemo, primus); the others run a ring (p2p)"]
+    heads, kv = model.num_attention_heads // par.tp, model.num_kv_heads // par.tp
+    if heads % par.cp or kv % par.cp:
+        return [f"parallelism.cp_comm_type=a2a, parallelism.cp={par.cp}: each rank's {heads} query and {kv} key/value "
+                f"heads (model heads / parallelism.tp={par.tp}) must divide by cp"]
+    return []
+
+
+def check_fp8_attention(spec: TprimatConf) -> list[str]:
+    """training.fp8.attention: FP8 attention needs FP8 training and a framework whose launch takes it (NeMo 2's and
+    Megatron-Bridge's mixed precision, fp8_dot_product_attention)."""
+    tr, name = spec.training, spec.framework.name
+    if not tr.fp8.attention:
+        return []
+    if tr.precision != "fp8":
+        return [f"training.fp8.attention=true, training.precision={tr.precision}: FP8 attention needs "
+                "training.precision=fp8"]
+    if name not in FP8_ATTENTION_FRAMEWORKS:
+        return [f"training.fp8.attention=true, framework.name={name}: "
+                f"{FP8_ATTENTION_REFUSED.get(name, FP8_ATTENTION_SDPA)}; framework=nemo takes it"]
+    return []
+
+
 def check_options(spec: TprimatConf) -> list[str]:
     """The optimisation options: each one's own rule, then the compatibility table (``tprimat.spec.compat``)."""
     tr, problems = spec.training, []
@@ -116,7 +158,7 @@ def check_options(spec: TprimatConf) -> list[str]:
     if ac_period(tr.ac_frequency) != 2 and spec.framework.name not in ("native", "deepspeed"):
         problems.append(f"training.ac_frequency={tr.ac_frequency}, framework.name={spec.framework.name}: only "
                         "framework=native and deepspeed recompute every k-th layer; the others choose their own selection")
-    problems += check_recompute_layers(spec)
+    problems += check_recompute_layers(spec) + check_fp8_attention(spec) + check_cp_comm_type(spec)
     preflight = spec.benchmark.preflight_file
     if preflight is not None and not os.path.isfile(preflight):
         problems.append(f"benchmark.preflight_file={preflight}: no such file (a tprimat preflight JSON; null: the "

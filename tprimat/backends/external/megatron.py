@@ -41,6 +41,8 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "adam_beta1": opt.beta1, "adam_beta2": opt.beta2, "adam_eps": opt.eps, "clip_grad": opt.grad_clip,
         "tensor_model_parallel_size": par.tp, "pipeline_model_parallel_size": par.pp,
         "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
+        # --cp-comm-type (Megatron-LM) / cp_comm_type (Primus's language_model.yaml): p2p, their default, unsaid
+        "cp_comm_type": "a2a" if par.cp > 1 and par.cp_comm_type == "a2a" else None,
         **sharding_settings(spec),
         # Megatron's uneven split counts the embedding and the loss as layers, virtual stages included
         "account_for_embedding_in_pipeline_split": True if par.account_for_embedding_in_pipeline_split else None,

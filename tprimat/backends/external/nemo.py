@@ -88,6 +88,7 @@ def bridge_settings(spec: TprimatConf) -> list[tuple]:
              ("vp", "model.virtual_pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size",
               v["vp"])]
     rows += [(key, f"model.{key}", f"model.{key}", v[key]) for key in (*RECOMPUTE, *PIPELINE_SPLIT)]
+    rows += cp_comm_rows(spec, "model")
     if v["megatron_fsdp"]:  # runtime_config_update: "Megatron FSDP only supports fsdp_dtensor checkpoint format"
         rows.append(("ckpt_format", "checkpoint.ckpt_format", "checkpoint.ckpt_format", "fsdp_dtensor"))
     rows += [("megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.use_megatron_fsdp", v["megatron_fsdp"]),
@@ -117,13 +118,24 @@ def fp8_rows(spec: TprimatConf, precision: Optional[str], read: str) -> list[tup
     """Transformer Engine's scaling (Megatron's fp8_recipe, read back from ``read``), every layer in fp8: the
     current-scaling presets of NeMo 2 and Megatron-Bridge keep the first and last layers in bf16
     (``first_last_layers_bf16=True``), which their performance scripts turn off (Megatron-Bridge
-    scripts/performance/utils/precision.py, v0.2.0 to v0.6.0) and so does tprimat: the spec trains them in fp8."""
+    scripts/performance/utils/precision.py, v0.2.0 to v0.6.0) and so does tprimat: the spec trains them in fp8.
+    training.fp8.attention: the mixed precision's ``fp8_dot_product_attention``, Transformer Engine's fp8_dpa."""
     recipe = values(spec)["fp8_recipe"]
     if recipe is None:
         return []
+    attention = [("fp8_dot_product_attention", precision and f"{precision}.fp8_dot_product_attention",
+                  f"{read}.fp8_dot_product_attention", True)] if spec.training.fp8.attention else []
     return [("fp8_recipe", None, f"{read}.fp8_recipe", recipe),
             ("first_last_layers_bf16", precision and f"{precision}.first_last_layers_bf16",
-             f"{read}.first_last_layers_bf16", False)]
+             f"{read}.first_last_layers_bf16", False), *attention]
+
+
+def cp_comm_rows(spec: TprimatConf, model: str) -> list[tuple]:
+    """parallelism.cp_comm_type=a2a on the model's TransformerConfig (``cp_comm_type``; its default, p2p, unsaid)."""
+    par = spec.parallelism
+    if par.cp == 1 or par.cp_comm_type != "a2a":
+        return []
+    return [("cp_comm_type", f"{model}.cp_comm_type", f"{model}.cp_comm_type", "a2a")]
 
 
 def lora_rows(spec: TprimatConf) -> list[tuple]:
@@ -148,6 +160,7 @@ def nemo2_settings(spec: TprimatConf) -> list[tuple]:
     v = values(spec)
     rows = [(key, f"model.config.{key}", f"model.config.{key}", v[key]) for key in ARCHITECTURE]
     rows += [(key, f"model.config.{key}", f"model.config.{key}", v[key]) for key in (*RECOMPUTE, *PIPELINE_SPLIT)]
+    rows += cp_comm_rows(spec, "model.config")
     rows += [("max_steps", "trainer.max_steps", "trainer.max_steps", v["max_steps"]),
              ("log_every_n_steps", "trainer.log_every_n_steps", "trainer.log_every_n_steps", 1),
              ("val_check_interval", "trainer.val_check_interval", "trainer.val_check_interval", v["max_steps"] + 1),
