@@ -66,6 +66,10 @@ def test_every_expressed_row_composes_to_its_sources_layout(name):
         if tr.precision == "fp8":
             named = source.get("fp8_recipe")
             assert tr.fp8.recipe == ("current" if named in ("tensorwise", "Float8CurrentScaling") else "delayed"), r
+        # attention in FP8 where the config turns FP8_DPA on (unknown: BF16, the default)
+        assert tr.fp8.attention is (source.get("fp8_attention") is True), r
+        # context parallelism's exchange as the config, its yaml or its log says (unknown: the ring, the default)
+        assert par.cp_comm_type == ("a2a" if source["cp"] > 1 and source.get("cp_comm_type") == "a2a" else "p2p"), r
 
 
 @pytest.mark.parametrize("name", SETS)
