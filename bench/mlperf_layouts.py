@@ -7,7 +7,8 @@ system), for each round given:
 
     python bench/mlperf_layouts.py --v51 <v5.1 git dir> --v50 <v5.0 git dir> [--v41 DIR] [--v40 DIR] [--out DIR]
 
-Rows: v5.1 ``llama31_8b`` and ``llama2_70b_lora``; v5.0 ``llama2_70b_lora``, ``llama31_405b`` and ``gpt3``; v4.1
+Rows: v5.1 ``llama31_8b`` and ``llama2_70b_lora`` (and its ``llama31_405b`` in ``mlperf_rows_v51_405b.json``, held out
+from the development rows); v5.0 ``llama2_70b_lora``, ``llama31_405b`` and ``gpt3``; v4.1
 and v4.0 ``llama2_70b_lora`` and ``gpt3``
 (every ``<Submitter>/results/<system>/<benchmark>/`` holding ``result_*.txt``). A log or file whose blob the
 mirror lacks is skipped and named in the row (``missing_logs``).
@@ -97,6 +98,8 @@ BENCHMARKS = {"v5.1": ("llama31_8b", "llama2_70b_lora"), "v5.0": ("llama2_70b_lo
               "v4.1": ("llama2_70b_lora", "gpt3"), "v4.0": ("llama2_70b_lora", "gpt3")}
 OUT_NAMES = {"v5.1": "mlperf_rows_v51.json", "v5.0": "mlperf_rows_v50.json", "v4.1": "mlperf_rows_v41.json",
              "v4.0": "mlperf_rows_v40.json"}
+# benchmarks of a round kept in a file of their own: held out from the round's development rows
+HELD_OUT_SPLITS = {"v5.1": (("llama31_405b",), "mlperf_rows_v51_405b.json")}
 BENCH_SEQ = {"llama2_70b_lora": 8192}  # the benchmark's fixed packed length where a log states none
 VENDORED = {"NeMo", "Megatron-LM", "TransformerEngine", "apex", "nccl", "tp_overlap", "data_prefix", "3rdparty",
             "tests", "examples", "docs", "implementations"}
@@ -557,11 +560,13 @@ def preferences(submitter: str, system: str, accel: str, dlpal: str | None):
 
 
 # ---------------------------------------------------------------- rows
-def build_rows(repo: Repo, round_: str) -> list[dict]:
+def build_rows(repo: Repo, round_: str, benchmarks: tuple = ()) -> list[dict]:
+    """One row per system-benchmark of the round (``benchmarks``: these instead of the round's own)."""
     runs: dict[tuple, list[str]] = {}
     for f in repo.files:
         p = f.split("/")
-        if len(p) == 5 and p[1] == "results" and p[3] in BENCHMARKS[round_] and re.fullmatch(r"result_.+\.txt", p[4]):
+        if len(p) == 5 and p[1] == "results" and p[3] in (benchmarks or BENCHMARKS[round_]) \
+                and re.fullmatch(r"result_.+\.txt", p[4]):
             runs.setdefault((p[3], p[0], p[2]), []).append(f)
     configs: dict[tuple, list[dict]] = {}
     rows = []
@@ -737,10 +742,13 @@ def main() -> None:
         git_dir = getattr(args, round_.replace(".", ""))
         if git_dir is None:
             continue
-        rows = build_rows(Repo(git_dir), round_)
-        path = Path(args.out) / OUT_NAMES[round_]
-        path.write_text(json.dumps(rows, indent=1) + "\n")
-        print(f"{path.name}: {len(rows)} rows")
+        repo = Repo(git_dir)
+        splits = [((), OUT_NAMES[round_])] + ([HELD_OUT_SPLITS[round_]] if round_ in HELD_OUT_SPLITS else [])
+        for benchmarks, name in splits:
+            rows = build_rows(repo, round_, benchmarks)
+            path = Path(args.out) / name
+            path.write_text(json.dumps(rows, indent=1) + "\n")
+            print(f"{path.name}: {len(rows)} rows")
 
 
 if __name__ == "__main__":
