@@ -24,7 +24,8 @@ Prints one line per row (predicted, published or measured, error = predicted / r
 ``mlperf_{amd,nvidia,}_median_abs_error=<x>`` over MLPerf v5.1's LLM submissions (the development rows),
 ``held_out_{amd,nvidia,}_median_abs_error=<x>`` over v5.0's (held out and scored once at 8ab792b; a re-score now),
 ``held_out_v4_{amd,nvidia,}_median_abs_error=<x>`` over v4.1's and v4.0's (held out and scored once at 6480e6d; a
-re-score now),
+re-score now), ``held_out_v51_405b_{amd,nvidia,}_median_abs_error=<x>`` over v5.1's llama31_405b submissions (held
+out: committed alone at a220f8f),
 ``cpu_median_abs_error=<x>`` over the CPU configs
 (measured slice against the full run), ``cpu_held_out_median_abs_error=<x>`` over the second CPU set (scored three
 times while the method changed: a development set, the name kept as an interface), and last
@@ -71,6 +72,9 @@ MLPERF_HELD_OUT = "mlperf_rows_v50.json"
 # held out: v4.1's and v4.0's llama2_70b_lora and gpt3 submissions, committed alone (897bcd5, their sha256 in the
 # message) before this code read them, after the attention-per-call change (feae29f)
 MLPERF_HELD_OUT_V4 = ("mlperf_rows_v41.json", "mlperf_rows_v40.json")
+# held out: v5.1's llama31_405b submissions, committed alone (a220f8f, its sha256 in the message) before this code read
+# them, with nothing under tprimat/ changed since
+MLPERF_HELD_OUT_V51_405B = "mlperf_rows_v51_405b.json"
 TWO = ["platform.devices_per_node=2"]
 M100 = ["model=llama_tiny", "model.name=llama_100m", "model.num_layers=8", "model.hidden_size=768",
         "model.ffn_hidden_size=2048", "model.num_attention_heads=12", "model.num_kv_heads=4", "model.vocab_size=32000",
@@ -262,6 +266,8 @@ def main() -> None:
     mlperf_sets(kept, MLPERF_HELD_OUT, "held_out", "re-scored (held out once, scored once at 8ab792b), MLPerf v5.0")
     mlperf_sets(kept, MLPERF_HELD_OUT_V4, "held_out_v4",
                 "re-scored (held out once, scored once at 6480e6d), MLPerf v4.1 and v4.0")
+    mlperf_sets(kept, MLPERF_HELD_OUT_V51_405B, "held_out_v51_405b",
+                "held out (committed alone at a220f8f), MLPerf v5.1 llama31_405b")
     if args.write_record:
         write_record(kept)
 

@@ -17,7 +17,8 @@ COMPOSER = Composer()
 from mlperf_projection_rows import load, why_not  # noqa: E402
 
 HW = DetectedHardware("cpu", "test", 1, 0.0, None)
-SETS = ["mlperf_rows_v51.json", "mlperf_rows_v50.json", "mlperf_rows_v41.json", "mlperf_rows_v40.json"]  # scored; held out
+SETS = ["mlperf_rows_v51.json", "mlperf_rows_v50.json", "mlperf_rows_v41.json", "mlperf_rows_v40.json",  # scored; held out
+        "mlperf_rows_v51_405b.json"]
 # the systems' JSONs' accelerator names as the hardware table's rows, by hand
 GPU = {"NVIDIA H100-SXM5-80GB": "h100", "NVIDIA H200-SXM5-141GB": "h200", "NVIDIA H200-NVL-141GB": "h200_nvl",
        "NVIDIA Blackwell GPU (B200-SXM-180GB)": "b200", "NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)": "b300",
