@@ -59,7 +59,14 @@ def why_not(r: dict) -> str | None:
         return f"precision {r['precision']}: the hardware table has no spec-sheet peak for it"
     if r["precision"] == "fp8" and scaling_of(r) is None:
         return f"FP8 recipe {fp8_recipe_of(r)}: block-scaled FP8 is not a precision the spec has"
+    if r["cp"] > 1 and r.get("cp_comm_type") not in CP_EXCHANGES:
+        return (f"context parallelism's exchange {r['cp_comm_type']}: not one the spec has (a ring, p2p, or "
+                "all-to-all, a2a)")
     return None
+
+
+# context parallelism's exchanges the spec has (parallelism.cp_comm_type); unknown (null): the ring, Megatron's default
+CP_EXCHANGES = (None, "p2p", "a2a")
 
 
 # Transformer Engine's FP8 scaling as the config sets it (the rows' fp8_recipe: FP8_RECIPE, or its implementation

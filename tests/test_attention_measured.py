@@ -163,3 +163,14 @@ def test_an_mlperf_row_is_projected_with_its_cp_exchange_and_fp8_attention():
     spec = build_spec(compose(overrides))
     problems = "\n".join(validate(spec, NO_HARDWARE, dry_run=True))
     assert "cp_comm_type" not in problems and "fp8.attention" not in problems
+
+
+@pytest.mark.parametrize("exchange", ["allgather", "a2a+p2p"])
+def test_an_mlperf_row_with_a_cp_exchange_the_spec_lacks_is_listed_with_why(exchange):
+    """Megatron-core also has all-gather and hierarchical (a2a+p2p) context parallelism: a row that ran them is not
+    projected as a ring, it is listed."""
+    row = {"benchmark": "llama2_70b_lora", "accelerator": "NVIDIA Blackwell GPU (GB200)", "tokens_per_s_per_device": 1.0,
+           "tp": 1, "pp": 1, "cp": 8, "vp": None, "micro_batch_size": 1, "global_batch_size": 8, "precision": "fp8",
+           "fp8_recipe": None, "cp_comm_type": exchange, "match": "unique"}
+    assert f"context parallelism's exchange {exchange}" in mlperf_projection_rows.why_not(row)
+    assert mlperf_projection_rows.why_not({**row, "cp_comm_type": "a2a"}) is None
