@@ -174,3 +174,12 @@ def test_an_mlperf_row_with_a_cp_exchange_the_spec_lacks_is_listed_with_why(exch
            "fp8_recipe": None, "cp_comm_type": exchange, "match": "unique"}
     assert f"context parallelism's exchange {exchange}" in mlperf_projection_rows.why_not(row)
     assert mlperf_projection_rows.why_not({**row, "cp_comm_type": "a2a"}) is None
+
+
+def test_a_logs_printed_model_config_says_its_cp_exchange():
+    """NeMo's LoRA runs print their model config at start (Lambda's and Supermicro's v5.1 GB300 logs:
+    `` 0:   cp_comm_type: a2a``); a repr of it elsewhere in the log (``cp_comm_type='a2a',``) is not that line."""
+    log = "\n".join([":::MLLOG {\"key\": \"submission_org\", \"value\": \"x\"}", " 0:   context_parallel_size: 8",
+                     " 0:   cp_comm_type: a2a", " 0:                 cp_comm_type='p2p',"])
+    assert mlperf_layouts.parse_log(log)["cp_comm"] == "a2a"
+    assert mlperf_layouts.parse_log(" 0:                 cp_comm_type='a2a',")["cp_comm"] is None
