@@ -6,8 +6,10 @@ of 512 to 16k tokens, TFLOP/s with causal halving and a backward of 2.5 forwards
 ``tprimat.backends.native.opcount`` counts in). A kernel call runs at the figure for the sequence it sees
 (between the measured lengths, linear in log2 of the length; outside them, the nearest): the whole sequence, or
 under context parallelism seq/cp, as Transformer Engine's ring (``AttnFuncWithCPAndKVP2P``: one kernel call per
-ring step on this rank's seq/cp queries) and torchtitan's ring attention split it. On another device a kernel is
-taken to keep its fraction of the measured matmul ceiling.
+ring step on this rank's seq/cp queries) and torchtitan's ring attention split it; under all-to-all context
+parallelism a call holds the whole sequence. On another device a kernel is taken to keep its fraction of the measured
+matmul ceiling, but where its authors measured it on the device itself: cuDNN on B200, GB200 and GB300
+(``CUDNN_ON_DEVICE``, BF16 and FP8).
 """
 
 from __future__ import annotations
