@@ -25,8 +25,8 @@ Prints one line per row (predicted, published or measured, error = predicted / r
 ``held_out_{amd,nvidia,}_median_abs_error=<x>`` over v5.0's (held out and scored once at 8ab792b; a re-score now),
 ``held_out_v4_{amd,nvidia,}_median_abs_error=<x>`` over v4.1's and v4.0's (held out and scored once at 6480e6d; a
 re-score now), ``held_out_v51_405b_{amd,nvidia,}_median_abs_error=<x>`` over v5.1's llama31_405b submissions (held
-out: committed alone at a220f8f, scored once at 5fe5a92; its two expressible rows are byte-identical logs of v5.0's
-Nebius submissions, so not new evidence),
+out: committed alone at a220f8f, scored once at 5fe5a92, a re-score now; its two expressible rows are byte-identical
+logs of v5.0's Nebius submissions, so not new evidence),
 ``cpu_median_abs_error=<x>`` over the CPU configs
 (measured slice against the full run), ``cpu_held_out_median_abs_error=<x>`` over the second CPU set (scored three
 times while the method changed: a development set, the name kept as an interface), and last
@@ -270,8 +270,8 @@ def main() -> None:
     mlperf_sets(kept, MLPERF_HELD_OUT_V4, "held_out_v4",
                 "re-scored (held out once, scored once at 6480e6d), MLPerf v4.1 and v4.0")
     # not in the record: its rows repeat v5.0's, which the record holds
-    mlperf_sets([], MLPERF_HELD_OUT_V51_405B, "held_out_v51_405b", "held out (committed alone at a220f8f, scored "
-                "once at 5fe5a92; its expressible rows are v5.0's Nebius logs, byte-identical), MLPerf v5.1 llama31_405b")
+    mlperf_sets([], MLPERF_HELD_OUT_V51_405B, "held_out_v51_405b", "re-scored (held out once, scored once at 5fe5a92; "
+                "its expressible rows are v5.0's Nebius logs, byte-identical), MLPerf v5.1 llama31_405b")
     if args.write_record:
         write_record(kept)
 

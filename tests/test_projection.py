@@ -249,7 +249,17 @@ def test_ceilings_come_from_the_table_with_sources_or_say_why_not():
     assert why is None and c.matmul_tflops == 794.5 and c.memory_gb_s == 3350.0 and c.intra_node_gb_s == 450.0
     assert "mamf" in c.sources["matmul"].lower()
     fp8, _ = ceilings(spec_of("training.precision=fp8"))
-    assert fp8.matmul_tflops == pytest.approx(1978.9 * 794.5 / 989.4)
+    # ml-engineering's MAMF table (b9e29720), FP8 float8_e4m3fn: H100 SXM 1,402.6; MI300X measures none, so its FP8
+    # ceiling is its FP8 peak at its BF16 MAMF's fraction of peak (2,614.9 x 668.4 / 1,307.4)
+    assert fp8.matmul_tflops == 1402.6 and "FP8" in fp8.sources["matmul"]
+    mi300x, _ = ceilings(build_spec(compose(["platform=amd", "platform.gpu=mi300x", "model=llama_tiny",
+                                             "training.precision=fp8"])))
+    assert mi300x.matmul_tflops == pytest.approx(2614.9 * 668.4 / 1307.4)
+    # GB300 measures none: B300's (its Blackwell Ultra die) fractions of its spec peaks, 1,769 / 2,250 and 3,353.3 / 4,500
+    gb300 = [ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=gb300", "model=llama_tiny", *p])))[0]
+             for p in ([], ["training.precision=fp8"])]
+    assert gb300[0].matmul_tflops == pytest.approx(2500 * 1769 / 2250)
+    assert gb300[1].matmul_tflops == pytest.approx(5000 * 3353.3 / 4500)
     h200, _ = ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=h200", "model=llama_tiny"])))
     assert h200.matmul_tflops == 794.5 and h200.memory_gb_s == 4800.0 and "same die" in h200.sources["matmul"]
     none, why = ceilings(build_spec(compose(["platform=cpu", "model=llama_tiny"])))

@@ -174,18 +174,25 @@ def measured_attention(spec: TprimatConf, device: hardware.DeviceSpec) -> Option
 
 
 def bf16_ceiling(device: hardware.DeviceSpec) -> tuple[float, str]:
-    """The measured BF16 matmul ceiling (MAMF) of the device or its die, else its spec peak."""
-    mamf_key = hardware.MAMF_SAME_DIE.get(device.key, device.key)
-    mamf = hardware.MAMF_BF16_TFLOPS.get(mamf_key)
+    """The measured BF16 matmul ceiling (MAMF) of the device, its die or its architecture, else its spec peak."""
+    measured = mamf_ceiling(device, hardware.MAMF_BF16_TFLOPS, device.bf16_tflops, "BF16")
+    return measured or (device.bf16_tflops, device.source + " (spec peak: no published measured ceiling)")
+
+
+def mamf_ceiling(device: hardware.DeviceSpec, table: dict, peak: Optional[float],
+                 label: str) -> Optional[tuple[float, str]]:
+    """A measured matmul ceiling (``table``: MAMF by part) of the device, of its die, or its spec ``peak`` at the
+    fraction of its spec peak a part of its architecture reaches; None where none is measured."""
+    die = hardware.MAMF_SAME_DIE.get(device.key, device.key)
+    for key in dict.fromkeys((device.key, die)):
+        if key in table:
+            return table[key], f"{label} {hardware.MAMF_SOURCE}" + (f" ({key}, the same die)" if key != device.key else "")
     kin = hardware.MAMF_SAME_ARCHITECTURE.get(device.key)
-    if mamf is None and kin is not None and device.bf16_tflops:
-        fraction = hardware.MAMF_BF16_TFLOPS[kin] / hardware.DEVICES[kin].bf16_tflops
-        return device.bf16_tflops * fraction, (f"spec peak x {fraction:.3f}, the fraction of its spec peak {kin} (the "
-                                               f"same architecture) reaches: {hardware.MAMF_SOURCE}; no measured "
-                                               "ceiling of this part published")
-    if mamf is None:
-        return device.bf16_tflops, device.source + " (spec peak: no published measured ceiling)"
-    return mamf, hardware.MAMF_SOURCE + (f" ({mamf_key}, the same die)" if mamf_key != device.key else "")
+    if kin not in table or not peak:
+        return None
+    fraction = table[kin] / (hardware.DEVICES[kin].fp8_tflops if label == "FP8" else hardware.DEVICES[kin].bf16_tflops)
+    return peak * fraction, (f"spec peak x {fraction:.3f}, the fraction of its {label} spec peak {kin} (the same "
+                             f"architecture) reaches: {label} {hardware.MAMF_SOURCE}; no measured ceiling of this part")
 
 
 def matmul_ceiling(spec: TprimatConf, device: hardware.DeviceSpec,
@@ -196,8 +203,9 @@ def matmul_ceiling(spec: TprimatConf, device: hardware.DeviceSpec,
     if precision == "fp8":
         if device.fp8_tflops is None:
             return None, f"no fp8 peak for {device.name} in the hardware table"
-        return device.fp8_tflops * bf16 / device.bf16_tflops, \
-            "fp8 spec peak x the BF16 ceiling / BF16 peak ratio (no published FP8 matmul ceiling)"
+        measured = mamf_ceiling(device, hardware.MAMF_FP8_TFLOPS, device.fp8_tflops, "FP8")
+        return measured or (device.fp8_tflops * bf16 / device.bf16_tflops,
+                            "fp8 spec peak x the BF16 ceiling / BF16 peak ratio (no published FP8 matmul ceiling)")
     if precision == "fp32":
         if device.fp32_tflops is None:
             return None, f"no fp32 peak for {device.name} in the hardware table"
