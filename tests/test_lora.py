@@ -226,12 +226,14 @@ def test_lora_keys_at_their_defaults_keep_a_specs_identity():
 
 
 def test_a_part_without_a_measured_ceiling_takes_its_architectures_fraction():
-    """GB200 has no published MAMF: its spec peak (2,500) x the B200's measured 1,745 of 2,250, by hand; MI350X's
-    (2,306.9) x the MI355X's 1,565 of 2,516.6; a part with its own measurement keeps it (H100 794.5)."""
+    """GB300 has no published MAMF: its spec peak (2,500) x the B300's measured 1,769 of 2,250 (its die), by hand;
+    MI350X's (2,306.9) x the MI355X's 1,565 of 2,516.6; a part with its own measurement keeps it (H100 794.5, GB200
+    1,822: ml-engineering's MAMF table)."""
     from tprimat.spec import hardware
     from tprimat.spec.projection import bf16_ceiling
 
-    assert bf16_ceiling(hardware.DEVICES["gb200"])[0] == pytest.approx(2500 * 1745 / 2250)
+    assert bf16_ceiling(hardware.DEVICES["gb300"])[0] == pytest.approx(2500 * 1769 / 2250)
+    assert bf16_ceiling(hardware.DEVICES["gb200"])[0] == 1822.0
     assert bf16_ceiling(hardware.DEVICES["mi350x"])[0] == pytest.approx(2306.9 * 1565 / 2516.6)
     assert bf16_ceiling(hardware.DEVICES["h100"])[0] == 794.5
 

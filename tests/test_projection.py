@@ -249,9 +249,18 @@ def test_ceilings_come_from_the_table_with_sources_or_say_why_not():
     assert why is None and c.matmul_tflops == 794.5 and c.memory_gb_s == 3350.0 and c.intra_node_gb_s == 450.0
     assert "mamf" in c.sources["matmul"].lower()
     fp8, _ = ceilings(spec_of("training.precision=fp8"))
-    # ml-engineering's MAMF table (b9e29720), FP8 float8_e4m3fn: H100 SXM 1,402.6; MI300X measures none, so its FP8
-    # ceiling is its FP8 peak at its BF16 MAMF's fraction of peak (2,614.9 x 668.4 / 1,307.4)
+    # ml-engineering's MAMF table (since bfbb33a), FP8 float8_e4m3fn: H100 SXM 1,402.6, H200 1,453.4 (its own row, not
+    # H100's by the same die), B200 3,432.5, B300 3,353.3, GB200 3,615.6; BF16: A100 271.2, B300 1,769, GB200 1,822.
+    # MI300X measures none, so its FP8 ceiling is its FP8 peak at its BF16 MAMF's fraction of peak (2,614.9 x 668.4 /
+    # 1,307.4)
     assert fp8.matmul_tflops == 1402.6 and "FP8" in fp8.sources["matmul"]
+    for gpu, platform, fp8_mamf, bf16_mamf in (("h200", "nvidia", 1453.4, 794.5), ("b200", "nvidia", 3432.5, 1745.0),
+                                               ("b300", "nvidia", 3353.3, 1769.0), ("gb200", "nvidia", 3615.6, 1822.0)):
+        both = [ceilings(build_spec(compose([f"platform={platform}", f"platform.gpu={gpu}", "model=llama_tiny", *p])))[0]
+                for p in ([], ["training.precision=fp8"])]
+        assert (both[0].matmul_tflops, both[1].matmul_tflops) == (bf16_mamf, fp8_mamf), gpu
+    a100, _ = ceilings(build_spec(compose(["platform=nvidia", "platform.gpu=a100", "model=llama_tiny"])))
+    assert a100.matmul_tflops == 271.2
     mi300x, _ = ceilings(build_spec(compose(["platform=amd", "platform.gpu=mi300x", "model=llama_tiny",
                                              "training.precision=fp8"])))
     assert mi300x.matmul_tflops == pytest.approx(2614.9 * 668.4 / 1307.4)

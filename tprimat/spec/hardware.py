@@ -85,8 +85,9 @@ DEVICES: dict[str, DeviceSpec] = {
 }
 
 # Measured achievable matmul ceilings (MAMF), TFLOP/s, BF16 and FP8 (float8_e4m3fn): Stas Bekman, ml-engineering,
-# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (b9e29720: B300 and GB200 measured
-# on torch 2.9.1 / 2.10 with CUDA 13.0; no FP8 figure for AMD's parts)
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table" (every figure here in it since
+# bfbb33a, 2025-12-09, unchanged to 744d01e, 2026-08-22; B300 and GB200 measured on torch 2.9.1 / 2.10 with CUDA 13.0;
+# no FP8 figure for AMD's parts)
 MAMF_BF16_TFLOPS = {"a100": 271.2, "h100": 794.5, "b200": 1745.0, "b300": 1769.0, "gb200": 1822.0, "mi300x": 668.4,
                     "mi325x": 784.9, "mi355x": 1565.0}
 MAMF_FP8_TFLOPS = {"h100": 1402.6, "h200": 1453.4, "b200": 3432.5, "b300": 3353.3, "gb200": 3615.6}
@@ -94,11 +95,12 @@ MAMF_FP8_TFLOPS = {"h100": 1402.6, "h200": 1453.4, "b200": 3432.5, "b300": 3353.
 # same" in BF16; its FP8 row is H200's own)
 MAMF_SAME_DIE = {"h200": "h100", "h100_96gb": "h100"}
 # Parts with no measured ceiling of their own: the fraction of its spec peak a part of the same architecture reaches
-# (MAMF / its spec peak) applied to theirs. GB300: the B300's Blackwell Ultra die in a Grace superchip at more power
-# (BF16 1,769 of 2,250, 0.786; FP8 3,353.3 of 4,500, 0.745); CDNA 4 (MI350X, the MI355X's die at a lower power): the
-# MI355X's 1,565 of 2,516.6 (0.622); H200 NVL: the H100's
+# (MAMF / its spec peak) applied to theirs. GB300: the B300's, its Blackwell Ultra die, in a Grace superchip at more
+# power (BF16 1,769 of 2,250, 0.786; FP8 3,353.3 of 4,500, 0.745) - a choice: GB200's fractions (0.729, 0.723), the
+# same superchip's with the older die, would put GB300 at GB200's ceilings; CDNA 4 (MI350X, the MI355X's die at a lower
+# power): the MI355X's 1,565 of 2,516.6 (0.622); H200 NVL: the H100's
 MAMF_SAME_ARCHITECTURE = {"gb300": "b300", "mi350x": "mi355x", "h200_nvl": "h100"}
-MAMF_SOURCE = "Maximum Achievable Matmul FLOPS (Stas Bekman, ml-engineering, mamf-finder; its comparison table at b9e29720)"
+MAMF_SOURCE = "Maximum Achievable Matmul FLOPS (Stas Bekman, ml-engineering, mamf-finder; its comparison table since bfbb33a)"
 
 
 @dataclass(frozen=True)
