@@ -646,10 +646,9 @@ def build_rows(repo: Repo, round_: str, benchmarks: tuple = ()) -> list[dict]:
         seq = as_int(merged["hp"].get("max_sequence_length")) or BENCH_SEQ.get(bench)
         if seq is None and passed and len({c["seq"] for c in passed}) == 1:
             seq = passed[0]["seq"]
+        from_configs = passed if layout_from and layout_from != "log" else []
         row.update(layout, global_batch_size=gbs, seq_length=seq, precision=precision, **recompute,
-                   **fp8_of(passed if layout_from and layout_from != "log" else [], precision),
-                   cp_comm_type=cp_comm_of(passed if layout_from and layout_from != "log" else [])
-                   or merged["cp_comm"])
+                   **fp8_of(from_configs, precision), cp_comm_type=cp_comm_of(from_configs) or merged["cp_comm"])
         row["precision_from"] = precision_from
         row["config"] = passed[0]["path"] if len(passed) == 1 else None
         if len(passed) > 1:

@@ -320,13 +320,13 @@ def mlperf_sets(kept: list, names: str | tuple, prefix: str, label: str,
         print(f"{prefix}_{vendor}_median_abs_error={figure} ({len(chosen)} rows, {len({f for f, _ in chosen})} families)")
     print(f"{prefix}_median_abs_error={family_median(errors):.3f} ({len(errors)} rows, {len({f for f, _ in errors})} "
           "families)")
-    fp8_attention(these)
+    by_attention_and_cp(these)
     for effect in EFFECTS:
         print(f"  without {effect}: {without(effect, rows, gaps):.3f}")
     return errors
 
 
-def fp8_attention(these: list) -> None:
+def by_attention_and_cp(these: list) -> None:
     """The rows whose attention ran in FP8 (FP8_DPA: training.fp8.attention, at cuDNN's FP8 figure where the GPU has
     one) beside the other FP8 rows, and the context-parallel rows by their exchange: signed median errors, a
     diagnostic (nothing is fitted to it)."""

@@ -47,7 +47,7 @@ from typing import Optional
 from tprimat.spec import flops, hardware, keeps, kernels, op_gap, record
 from tprimat.spec.compat import te_scaling
 from tprimat.spec.frameworks import model_as_built
-from tprimat.spec.schema import TprimatConf, ac_period, full_recompute_layers, lora_of, pipeline_split
+from tprimat.spec.schema import TprimatConf, ac_period, all_to_all_cp, full_recompute_layers, lora_of, pipeline_split
 
 ADAMW_BYTES_PER_PARAM = 28.0  # read parameter, gradient, exp_avg, exp_avg_sq; write parameter and both moments
 FLASH_NOTE = "attention at the stack's fused kernel's measured throughput, scaled by the device's matmul ceiling"
@@ -134,7 +134,7 @@ def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[
     if spec.training.precision == "fp32":
         return (bf16, bf16), bf16_source
     seq = call_tokens(spec)
-    on_device = measured_attention(spec, device)
+    on_device = measured_attention(spec, device, seq)
     if on_device is not None:
         return on_device[0], f"{on_device[1]} at {seq:g} tokens a call"
     kernel, scale = kernels.attention_kernel(spec.framework.name), bf16 / kernels.H100_MAMF_TFLOPS
@@ -148,18 +148,18 @@ def attention_ceilings(spec: TprimatConf, device: hardware.DeviceSpec) -> tuple[
 def call_tokens(spec: TprimatConf) -> float:
     """The queries one attention kernel call holds: seq/cp under a ring (a ring step), the whole sequence under
     all-to-all context parallelism (its heads / cp instead) or without CP."""
-    par = spec.parallelism
-    return spec.training.seq_length / (1 if par.cp_comm_type == "a2a" else par.cp)
+    return spec.training.seq_length / (1 if all_to_all_cp(spec) else spec.parallelism.cp)
 
 
 def fp8_attention(spec: TprimatConf) -> bool:
     return spec.training.precision == "fp8" and spec.training.fp8.attention
 
 
-def measured_attention(spec: TprimatConf, device: hardware.DeviceSpec) -> Optional[tuple[tuple[float, float], str]]:
+def measured_attention(spec: TprimatConf, device: hardware.DeviceSpec,
+                       seq: float) -> Optional[tuple[tuple[float, float], str]]:
     """cuDNN's attention as measured on this device (or on a part of its architecture, at the same fraction of the
-    matmul ceiling), in FP8 under training.fp8.attention; None for a stack that runs another kernel or a device
-    without such a figure."""
+    matmul ceiling) for calls of ``seq`` tokens, in FP8 under training.fp8.attention; None for a stack that runs
+    another kernel or a device without such a figure."""
     if kernels.STACK_ATTENTION.get(spec.framework.name) != "cudnn":
         return None
     kin = kernels.CUDNN_SAME_ARCHITECTURE.get(device.key, device.key)
@@ -168,7 +168,7 @@ def measured_attention(spec: TprimatConf, device: hardware.DeviceSpec) -> Option
         return None
     kernel = tables["fp8" if fp8_attention(spec) else "bf16"]
     scale = 1.0 if kin == device.key else bf16_ceiling(device)[0] / bf16_ceiling(hardware.DEVICES[kin])[0]
-    fwd, bwd = kernel.tflops(call_tokens(spec))
+    fwd, bwd = kernel.tflops(seq)
     kin_note = "" if kin == device.key else f", x this part's matmul ceiling / {kin}'s (the same architecture)"
     return (fwd * scale, bwd * scale), f"{kernel.name}: {kernel.source}{kin_note}"
 
@@ -415,7 +415,7 @@ def communication(spec: TprimatConf, c: Ceilings, dp: int, accum: int, micro: Mi
     hides = 0.0 if spec.platform.name == "cpu" or not overlapped else 1.0
     return {"tp_s": accum * tp_collectives * tp_layer,
             "pp_p2p_s": (accum + pp - 1) * 2 * p2p if pp > 1 else 0.0,
-            "cp_s": accum * (2 * layers + rerun) * a2a_layer if par.cp_comm_type == "a2a" else
+            "cp_s": accum * (2 * layers + rerun) * a2a_layer if all_to_all_cp(spec) else
             max(0.0, accum * layers * (2 * cp_layer - 3 * micro.attention_fwd_s)),
             "fsdp_s": max(0.0, accum * (2 * gather + scatter) - hides * compute_s) if par.fsdp else 0.0,
             "dp_s": 0.0 if par.fsdp else max(0.0, reduce - hides * layers * micro.layer_bwd_s)}  # the last backward

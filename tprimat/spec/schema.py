@@ -119,6 +119,11 @@ def pipeline_split(spec) -> tuple[bool, bool]:
     return par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split
 
 
+def all_to_all_cp(spec) -> bool:
+    """Context parallelism by all-to-alls (parallelism.cp_comm_type=a2a with cp > 1; at cp 1 there is no exchange)."""
+    return spec.parallelism.cp > 1 and spec.parallelism.cp_comm_type == "a2a"
+
+
 def lora_of(spec) -> Optional[LoraConf]:
     """The adapters a spec trains (training.peft=lora), or None when every weight is trained."""
     return spec.training.lora if spec.training.peft == "lora" else None

@@ -19,7 +19,7 @@ from tprimat.spec.keeps import MEGATRON_CORE
 from tprimat.spec.kernels import FP8_ATTENTION_FRAMEWORKS
 from tprimat.spec.peft import check_peft
 from tprimat.spec.plan import derived_dp, device_memory, world_size
-from tprimat.spec.schema import TprimatConf, ac_period, pipeline_split
+from tprimat.spec.schema import TprimatConf, ac_period, all_to_all_cp, pipeline_split
 from tprimat.spec.secrets import wandb_credentials
 
 CHOICES = {
@@ -115,7 +115,7 @@ def check_cp_comm_type(spec: TprimatConf) -> list[str]:
     """parallelism.cp_comm_type=a2a: Megatron-core's all-to-all context parallelism, whose attention (Transformer
     Engine's AttnFuncWithCPAndQKVOA2A) asserts that each rank's query and key/value heads divide by cp."""
     par, model = spec.parallelism, spec.model
-    if par.cp_comm_type != "a2a" or par.cp == 1:
+    if not all_to_all_cp(spec):
         return []
     if spec.framework.name not in MEGATRON_CORE:
         return [f"parallelism.cp_comm_type=a2a, framework.name={spec.framework.name}: all-to-all context parallelism "

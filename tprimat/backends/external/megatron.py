@@ -8,7 +8,7 @@ from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.spec.compat import megatron_fp8_recipe
 from tprimat.spec.frameworks import vocab_multiple
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf, head_dim_of, pipeline_split
+from tprimat.spec.schema import TprimatConf, all_to_all_cp, head_dim_of, pipeline_split
 
 
 def full_recompute(layers) -> dict:
@@ -42,7 +42,7 @@ def megatron_settings(spec: TprimatConf, plan: Plan) -> dict:
         "tensor_model_parallel_size": par.tp, "pipeline_model_parallel_size": par.pp,
         "context_parallel_size": par.cp, "sequence_parallel": True if par.sequence_parallel else None,
         # --cp-comm-type (Megatron-LM) / cp_comm_type (Primus's language_model.yaml): p2p, their default, unsaid
-        "cp_comm_type": "a2a" if par.cp > 1 and par.cp_comm_type == "a2a" else None,
+        "cp_comm_type": "a2a" if all_to_all_cp(spec) else None,
         **sharding_settings(spec),
         # Megatron's uneven split counts the embedding and the loss as layers, virtual stages included
         "account_for_embedding_in_pipeline_split": True if par.account_for_embedding_in_pipeline_split else None,

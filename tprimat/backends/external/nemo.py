@@ -22,7 +22,7 @@ from tprimat.backends.external.base import ExternalBackend, Launch, torchrun
 from tprimat.backends.external.megatron import full_recompute
 from tprimat.spec.compat import megatron_fp8_recipe
 from tprimat.spec.plan import Plan
-from tprimat.spec.schema import TprimatConf, head_dim_of
+from tprimat.spec.schema import TprimatConf, all_to_all_cp, head_dim_of
 
 NEMO2_RECIPES = {"llama": "llama31_8b", "llama70b": "llama31_70b", "qwen": "qwen25_7b", "mistral": "mistral_7b"}
 BRIDGE_RECIPES = {"llama": ("megatron.bridge.recipes.llama", "llama31_8b_pretrain_config"),
@@ -132,8 +132,7 @@ def fp8_rows(spec: TprimatConf, precision: Optional[str], read: str) -> list[tup
 
 def cp_comm_rows(spec: TprimatConf, model: str) -> list[tuple]:
     """parallelism.cp_comm_type=a2a on the model's TransformerConfig (``cp_comm_type``; its default, p2p, unsaid)."""
-    par = spec.parallelism
-    if par.cp == 1 or par.cp_comm_type != "a2a":
+    if not all_to_all_cp(spec):
         return []
     return [("cp_comm_type", f"{model}.cp_comm_type", f"{model}.cp_comm_type", "a2a")]
 
